@@ -1,0 +1,760 @@
+//! The configuration file (`/etc/nodeport-guard/config.yaml`): its raw form, its defaults, and
+//! the checked [`Config`] the rest of the program uses.
+//!
+//! A missing file means every default. Unknown keys are errors, as in policy files, and every
+//! error names `path:line:column`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::diagnostic::Diagnostic;
+use crate::model::{Action, Protocol};
+use crate::source::{FileId, SourceFile, Sources};
+use crate::spec::Sp;
+
+/// Where the config file is looked for when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodeport-guard/config.yaml";
+/// Where policies are read from when neither `--policies` nor `policiesDir` says otherwise.
+pub const DEFAULT_POLICIES_DIR: &str = "/etc/nodeport-guard/policies";
+/// The default `hostInterfaceExclude`: virtual interfaces whose addresses are not "the host".
+pub const DEFAULT_HOST_INTERFACE_EXCLUDE: &str =
+    "^(cali|tunl|vxlan|flannel|docker|veth|wireguard|wg|cni|kube|dummy|nodelocaldns)";
+/// kube-proxy's masquerade and drop mark bits, which our mask must not touch.
+pub const KUBE_PROXY_MARKS: u32 = 0x4000 | 0x8000;
+
+/// Which program writes the rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendChoice {
+    /// Detect what the host already uses.
+    Auto,
+    /// `iptables-legacy-restore` and friends.
+    IptablesLegacy,
+    /// `iptables-nft-restore` and friends.
+    IptablesNft,
+    /// Native nftables (`nft -f`).
+    Nftables,
+}
+
+impl BackendChoice {
+    /// Parses the name used in the config file and on the command line.
+    pub fn parse(text: &str) -> Option<BackendChoice> {
+        match text {
+            "auto" => Some(BackendChoice::Auto),
+            "iptables-legacy" => Some(BackendChoice::IptablesLegacy),
+            "iptables-nft" => Some(BackendChoice::IptablesNft),
+            "nftables" => Some(BackendChoice::Nftables),
+            _ => None,
+        }
+    }
+
+    /// The name used in the config file and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::IptablesLegacy => "iptables-legacy",
+            BackendChoice::IptablesNft => "iptables-nft",
+            BackendChoice::Nftables => "nftables",
+        }
+    }
+}
+
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether to program IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ipv6Mode {
+    /// Program IPv6 unless `/proc/sys/net/ipv6/conf/all/disable_ipv6` is 1.
+    Auto,
+    /// Always program IPv6.
+    Enabled,
+    /// Never program IPv6.
+    Disabled,
+}
+
+/// A port that stays open whatever the policies say, so nobody locks themselves out.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Failsafe {
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: Protocol,
+    /// The port.
+    pub port: u16,
+    /// Limit to this peer network (source for inbound, destination for outbound).
+    pub net: Option<IpNet>,
+}
+
+impl Failsafe {
+    fn new(protocol: Protocol, port: u16) -> Failsafe {
+        Failsafe {
+            protocol,
+            port,
+            net: None,
+        }
+    }
+}
+
+/// Calico's default inbound failsafe ports.
+pub fn default_failsafe_inbound() -> Vec<Failsafe> {
+    use Protocol::{Tcp, Udp};
+    [
+        (Tcp, 22),
+        (Udp, 68),
+        (Tcp, 179),
+        (Tcp, 2379),
+        (Tcp, 2380),
+        (Tcp, 5473),
+        (Tcp, 6443),
+        (Tcp, 6666),
+        (Tcp, 6667),
+    ]
+    .into_iter()
+    .map(|(protocol, port)| Failsafe::new(protocol, port))
+    .collect()
+}
+
+/// Calico's default outbound failsafe ports.
+pub fn default_failsafe_outbound() -> Vec<Failsafe> {
+    use Protocol::{Tcp, Udp};
+    [
+        (Udp, 53),
+        (Udp, 67),
+        (Tcp, 179),
+        (Tcp, 2379),
+        (Tcp, 2380),
+        (Tcp, 5473),
+        (Tcp, 6443),
+        (Tcp, 6666),
+        (Tcp, 6667),
+    ]
+    .into_iter()
+    .map(|(protocol, port)| Failsafe::new(protocol, port))
+    .collect()
+}
+
+/// The checked configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The policy directory.
+    pub policies_dir: PathBuf,
+    /// The backend to use.
+    pub backend: BackendChoice,
+    /// The mark bits we may use.
+    pub mark_mask: u32,
+    /// NFLOG group of ingress log rules.
+    pub nflog_group: u16,
+    /// NFLOG group of egress log rules.
+    pub nflog_group_egress: u16,
+    /// Which actions are logged to NFLOG.
+    pub log_actions: BTreeSet<Action>,
+    /// Inbound failsafe ports.
+    pub failsafe_inbound: Vec<Failsafe>,
+    /// Outbound failsafe ports.
+    pub failsafe_outbound: Vec<Failsafe>,
+    /// This host's node name, if set; else the hostname.
+    pub node_name: Option<String>,
+    /// Labels of the implicit host endpoint.
+    pub host_labels: BTreeMap<String, String>,
+    /// Interfaces whose addresses are not counted as the host's own.
+    pub host_interface_exclude: Regex,
+    /// IPv6 handling.
+    pub ipv6: Ipv6Mode,
+    /// How often the daemon re-reads the kernel and repairs drift.
+    pub resync_interval: Duration,
+    /// How long the daemon waits for file events to settle.
+    pub debounce: Duration,
+    /// Whether the daemon may go from some policies to none.
+    pub allow_empty: bool,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics_address: Option<SocketAddr>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            policies_dir: PathBuf::from(DEFAULT_POLICIES_DIR),
+            backend: BackendChoice::Auto,
+            mark_mask: 0xffff_0000,
+            nflog_group: 1,
+            nflog_group_egress: 2,
+            log_actions: BTreeSet::from([Action::Deny]),
+            failsafe_inbound: default_failsafe_inbound(),
+            failsafe_outbound: default_failsafe_outbound(),
+            node_name: None,
+            host_labels: BTreeMap::new(),
+            #[allow(clippy::unwrap_used)] // A constant known to compile; tested below.
+            host_interface_exclude: Regex::new(DEFAULT_HOST_INTERFACE_EXCLUDE).unwrap(),
+            ipv6: Ipv6Mode::Auto,
+            resync_interval: Duration::from_secs(90),
+            debounce: Duration::from_millis(200),
+            allow_empty: false,
+            metrics_address: None,
+        }
+    }
+}
+
+/// The config file as written.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawConfig {
+    /// The policy directory.
+    pub policies_dir: Option<Sp<String>>,
+    /// `auto`, `iptables-legacy`, `iptables-nft` or `nftables`.
+    pub backend: Option<Sp<String>>,
+    /// Mark bits nodeport-guard may use (a number or a `0x…` string).
+    pub mark_mask: Option<Sp<RawNumber>>,
+    /// NFLOG group for ingress.
+    pub nflog_group: Option<Sp<i64>>,
+    /// NFLOG group for egress.
+    pub nflog_group_egress: Option<Sp<i64>>,
+    /// Actions that log to NFLOG: any of `Allow`, `Deny`, `Pass`.
+    pub log_actions: Option<Sp<Vec<Sp<String>>>>,
+    /// Inbound failsafe ports.
+    pub failsafe_inbound: Option<Sp<Vec<Sp<RawFailsafe>>>>,
+    /// Outbound failsafe ports.
+    pub failsafe_outbound: Option<Sp<Vec<Sp<RawFailsafe>>>>,
+    /// This host's node name.
+    pub node_name: Option<Sp<String>>,
+    /// Labels of the implicit host endpoint.
+    pub host_labels: Option<Sp<BTreeMap<Sp<String>, Sp<String>>>>,
+    /// Regex of interfaces whose addresses are not the host's own.
+    pub host_interface_exclude: Option<Sp<String>>,
+    /// `auto`, `true` or `false`.
+    pub ipv6: Option<Sp<RawBoolOrAuto>>,
+    /// Drift repair interval, e.g. `90s`.
+    pub resync_interval: Option<Sp<String>>,
+    /// File event debounce, e.g. `200ms`.
+    pub debounce: Option<Sp<String>>,
+    /// Allow going from some policies to none.
+    pub allow_empty: Option<Sp<bool>>,
+    /// `host:port` for Prometheus metrics.
+    pub metrics_address: Option<Sp<String>>,
+}
+
+/// A failsafe entry as written.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFailsafe {
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: Option<Sp<String>>,
+    /// The port.
+    pub port: Option<Sp<i64>>,
+    /// Optional peer network.
+    pub net: Option<Sp<String>>,
+}
+
+/// A number written as an integer or as a string (`0xffff0000`).
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum RawNumber {
+    /// An integer.
+    Integer(i64),
+    /// A string, decimal or `0x` hexadecimal.
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawNumber {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NumberVisitor;
+        impl serde::de::Visitor<'_> for NumberVisitor {
+            type Value = RawNumber;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number such as `0xffff0000`")
+            }
+            fn visit_i64<E>(self, value: i64) -> Result<RawNumber, E> {
+                Ok(RawNumber::Integer(value))
+            }
+            fn visit_u64<E>(self, value: u64) -> Result<RawNumber, E> {
+                Ok(RawNumber::Integer(i64::try_from(value).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E>(self, value: &str) -> Result<RawNumber, E> {
+                Ok(RawNumber::Text(value.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(NumberVisitor)
+    }
+}
+
+/// `true`, `false` or `auto`.
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum RawBoolOrAuto {
+    /// A boolean.
+    Bool(bool),
+    /// A string (only `auto` is valid).
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawBoolOrAuto {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BoolVisitor;
+        impl serde::de::Visitor<'_> for BoolVisitor {
+            type Value = RawBoolOrAuto;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`auto`, `true` or `false`")
+            }
+            fn visit_bool<E>(self, value: bool) -> Result<RawBoolOrAuto, E> {
+                Ok(RawBoolOrAuto::Bool(value))
+            }
+            fn visit_str<E>(self, value: &str) -> Result<RawBoolOrAuto, E> {
+                Ok(RawBoolOrAuto::Text(value.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(BoolVisitor)
+    }
+}
+
+/// Reads the config file. A missing file means all defaults; a file that cannot be read or is
+/// invalid gives diagnostics (the config file's [`FileId`] is in `sources`).
+pub fn load(path: &Path, sources: &mut Sources) -> (Config, Vec<Diagnostic>) {
+    let text = match fs_err::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return (Config::default(), Vec::new());
+        }
+        Err(error) => {
+            let id = sources.add(SourceFile::new(path, String::new()));
+            return (
+                Config::default(),
+                vec![Diagnostic::file_error(
+                    id,
+                    format!("cannot read the config file: {}", error_reason(&error)),
+                )],
+            );
+        }
+    };
+    let id = sources.add(SourceFile::new(path, text));
+    parse(id, sources.get(id))
+}
+
+fn error_reason(error: &std::io::Error) -> String {
+    match error.get_ref() {
+        Some(inner) => inner.to_string(),
+        None => error.to_string(),
+    }
+}
+
+/// Parses and checks config text. Pure.
+pub fn parse(file: FileId, source: &SourceFile) -> (Config, Vec<Diagnostic>) {
+    if source.text.trim().is_empty() {
+        return (Config::default(), Vec::new());
+    }
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let raw: RawConfig = match serde_saphyr::from_str_with_options(&source.text, options) {
+        Ok(Some(raw)) => raw,
+        Ok(None) => return (Config::default(), Vec::new()),
+        Err(error) => {
+            let span = error
+                .location()
+                .map(|location| crate::spec::span_of(&location))
+                .unwrap_or_default();
+            let message = error.to_string();
+            let message = message
+                .trim_start_matches("error: ")
+                .split_once(": ")
+                .filter(|(prefix, _)| prefix.starts_with("line "))
+                .map_or(message.as_str(), |(_, rest)| rest)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            return (
+                Config::default(),
+                vec![Diagnostic::error(file, span, message)],
+            );
+        }
+    };
+    check(file, raw)
+}
+
+fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
+    let mut config = Config::default();
+    let mut errors = Vec::new();
+    let mut error = |span, message: String, help: &str| {
+        let diagnostic = Diagnostic::error(file, span, message);
+        errors.push(if help.is_empty() {
+            diagnostic
+        } else {
+            diagnostic.with_help(help)
+        });
+    };
+
+    if let Some(dir) = raw.policies_dir {
+        if dir.value.is_empty() {
+            error(
+                dir.span,
+                "`policiesDir` is empty".into(),
+                "name a directory, for example `/etc/nodeport-guard/policies`",
+            );
+        } else {
+            config.policies_dir = PathBuf::from(dir.value);
+        }
+    }
+    if let Some(backend) = raw.backend {
+        match BackendChoice::parse(&backend.value) {
+            Some(choice) => config.backend = choice,
+            None => error(
+                backend.span,
+                format!("unknown backend `{}`", backend.value),
+                "write one of `auto`, `iptables-legacy`, `iptables-nft`, `nftables`",
+            ),
+        }
+    }
+    if let Some(mask) = raw.mark_mask {
+        match parse_mark_mask(&mask.value) {
+            Ok(value) => config.mark_mask = value,
+            Err(message) => error(
+                mask.span,
+                message,
+                "the default `0xffff0000` suits most hosts",
+            ),
+        }
+    }
+    for (raw_group, target, name) in [
+        (raw.nflog_group, &mut config.nflog_group, "nflogGroup"),
+        (
+            raw.nflog_group_egress,
+            &mut config.nflog_group_egress,
+            "nflogGroupEgress",
+        ),
+    ] {
+        if let Some(group) = raw_group {
+            match u16::try_from(group.value) {
+                Ok(value) => *target = value,
+                Err(_) => error(
+                    group.span,
+                    format!(
+                        "`{name}` must be an NFLOG group between 0 and 65535, not `{}`",
+                        group.value
+                    ),
+                    "",
+                ),
+            }
+        }
+    }
+    if let Some(actions) = raw.log_actions {
+        config.log_actions.clear();
+        for action in actions.value {
+            match action.value.as_str() {
+                "Allow" => {
+                    config.log_actions.insert(Action::Allow);
+                }
+                "Deny" => {
+                    config.log_actions.insert(Action::Deny);
+                }
+                "Pass" => {
+                    config.log_actions.insert(Action::Pass);
+                }
+                other => error(
+                    action.span,
+                    format!("unknown log action `{other}`"),
+                    "write any of `Allow`, `Deny`, `Pass` (a `Log` rule always logs)",
+                ),
+            }
+        }
+    }
+    for (raw_list, target, name) in [
+        (
+            raw.failsafe_inbound,
+            &mut config.failsafe_inbound,
+            "failsafeInbound",
+        ),
+        (
+            raw.failsafe_outbound,
+            &mut config.failsafe_outbound,
+            "failsafeOutbound",
+        ),
+    ] {
+        if let Some(list) = raw_list {
+            target.clear();
+            for entry in list.value {
+                match check_failsafe(&entry.value) {
+                    Ok(failsafe) => target.push(failsafe),
+                    Err((span, message)) => error(
+                        span.unwrap_or(entry.span),
+                        format!("`{name}`: {message}"),
+                        "write entries as `{protocol: tcp, port: 22}`, optionally with `net: 192.0.2.0/24`",
+                    ),
+                }
+            }
+        }
+    }
+    if let Some(name) = raw.node_name {
+        if crate::validate::is_subdomain(&name.value) {
+            config.node_name = Some(name.value);
+        } else {
+            error(
+                name.span,
+                format!("`nodeName` `{}` is not a valid node name", name.value),
+                "node names are lowercase letters, digits, `-` and `.`",
+            );
+        }
+    }
+    if let Some(labels) = raw.host_labels {
+        for (key, value) in labels.value {
+            if let Some(message) = crate::validate::label_key_problem(&key.value) {
+                error(key.span, message, "");
+            } else if let Some(message) = crate::validate::label_value_problem(&value.value) {
+                error(value.span, message, "");
+            } else {
+                config.host_labels.insert(key.value, value.value);
+            }
+        }
+    }
+    if let Some(pattern) = raw.host_interface_exclude {
+        match Regex::new(&pattern.value) {
+            Ok(regex) => config.host_interface_exclude = regex,
+            Err(problem) => error(
+                pattern.span,
+                format!(
+                    "`hostInterfaceExclude` is not a valid regex: {}",
+                    problem.to_string().lines().last().unwrap_or_default()
+                ),
+                "",
+            ),
+        }
+    }
+    if let Some(ipv6) = raw.ipv6 {
+        match &ipv6.value {
+            RawBoolOrAuto::Bool(true) => config.ipv6 = Ipv6Mode::Enabled,
+            RawBoolOrAuto::Bool(false) => config.ipv6 = Ipv6Mode::Disabled,
+            RawBoolOrAuto::Text(text) if text == "auto" => config.ipv6 = Ipv6Mode::Auto,
+            RawBoolOrAuto::Text(text) => error(
+                ipv6.span,
+                format!("`ipv6` must be `auto`, `true` or `false`, not `{text}`"),
+                "",
+            ),
+        }
+    }
+    for (raw_duration, target, name, minimum) in [
+        (
+            raw.resync_interval,
+            &mut config.resync_interval,
+            "resyncInterval",
+            Duration::from_millis(100),
+        ),
+        (
+            raw.debounce,
+            &mut config.debounce,
+            "debounce",
+            Duration::ZERO,
+        ),
+    ] {
+        if let Some(text) = raw_duration {
+            match humantime::parse_duration(&text.value) {
+                Ok(duration) if duration >= minimum => *target = duration,
+                Ok(_) => error(
+                    text.span,
+                    format!(
+                        "`{name}` must be at least {}",
+                        humantime::format_duration(minimum)
+                    ),
+                    "",
+                ),
+                Err(problem) => error(
+                    text.span,
+                    format!("`{name}` is not a duration: {problem}"),
+                    "write a duration such as `90s`, `200ms` or `5m`",
+                ),
+            }
+        }
+    }
+    if let Some(allow) = raw.allow_empty {
+        config.allow_empty = allow.value;
+    }
+    if let Some(address) = raw.metrics_address {
+        match address.value.parse::<SocketAddr>() {
+            Ok(parsed) => config.metrics_address = Some(parsed),
+            Err(_) => error(
+                address.span,
+                format!(
+                    "`metricsAddress` `{}` is not an address and port",
+                    address.value
+                ),
+                "write it as `127.0.0.1:9808` or `[::1]:9808`",
+            ),
+        }
+    }
+    crate::diagnostic::sort(&mut errors);
+    (config, errors)
+}
+
+fn check_failsafe(raw: &RawFailsafe) -> Result<Failsafe, (Option<crate::source::Span>, String)> {
+    let protocol = match &raw.protocol {
+        None => return Err((None, "an entry needs a `protocol`".into())),
+        Some(protocol) => match protocol.value.to_ascii_lowercase().as_str() {
+            "tcp" => Protocol::Tcp,
+            "udp" => Protocol::Udp,
+            "sctp" => Protocol::Sctp,
+            other => {
+                return Err((
+                    Some(protocol.span),
+                    format!("protocol `{other}` has no ports; use `tcp`, `udp` or `sctp`"),
+                ));
+            }
+        },
+    };
+    let port = match &raw.port {
+        None => return Err((None, "an entry needs a `port`".into())),
+        Some(port) => match u16::try_from(port.value) {
+            Ok(value) if value > 0 => value,
+            _ => {
+                return Err((
+                    Some(port.span),
+                    format!("port `{}` is not between 1 and 65535", port.value),
+                ));
+            }
+        },
+    };
+    let net = match &raw.net {
+        None => None,
+        Some(net) => match crate::validate::parse_cidr(&net.value) {
+            Ok(parsed) => Some(parsed),
+            Err(message) => return Err((Some(net.span), message)),
+        },
+    };
+    Ok(Failsafe {
+        protocol,
+        port,
+        net,
+    })
+}
+
+/// Parses a mark mask and checks that it leaves room for our five bits and stays clear of
+/// kube-proxy's.
+pub fn parse_mark_mask(raw: &RawNumber) -> Result<u32, String> {
+    let value = match raw {
+        RawNumber::Integer(value) => u32::try_from(*value).ok(),
+        RawNumber::Text(text) => {
+            let text = text.trim();
+            match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+                Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                None => text.parse().ok(),
+            }
+        }
+    };
+    let Some(mask) = value else {
+        return Err("`markMask` must be a 32-bit number such as `0xffff0000`".into());
+    };
+    if mask & KUBE_PROXY_MARKS != 0 {
+        return Err(format!(
+            "`markMask` {mask:#x} overlaps kube-proxy's mark bits 0x4000 and 0x8000"
+        ));
+    }
+    if mask.count_ones() < crate::marks::BITS_NEEDED {
+        return Err(format!(
+            "`markMask` {mask:#x} has {} bits set; at least {} are needed",
+            mask.count_ones(),
+            crate::marks::BITS_NEEDED
+        ));
+    }
+    Ok(mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_text(text: &str) -> (Config, Vec<String>) {
+        let mut sources = Sources::new();
+        let id = sources.add(SourceFile::new("config.yaml", text));
+        let (config, diagnostics) = parse(id, sources.get(id));
+        let rendered = diagnostics.iter().map(|d| d.headline(&sources)).collect();
+        (config, rendered)
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        let (config, errors) = parse_text("# nothing\n");
+        assert!(errors.is_empty());
+        assert_eq!(config.mark_mask, 0xffff_0000);
+        assert_eq!(config.failsafe_inbound.len(), 9);
+        assert_eq!(config.resync_interval, Duration::from_secs(90));
+        assert!(config.host_interface_exclude.is_match("flannel.1"));
+        assert!(!config.host_interface_exclude.is_match("eth0"));
+    }
+
+    #[test]
+    fn every_documented_key_is_read() {
+        let (config, errors) = parse_text(
+            "policiesDir: /srv/p\nbackend: iptables-nft\nmarkMask: 0xff000000\nnflogGroup: 5\n\
+             logActions: [Allow, Deny]\nfailsafeInbound: [{protocol: tcp, port: 2222}]\n\
+             failsafeOutbound: []\nnodeName: node-1\nhostLabels: {role: edge}\n\
+             hostInterfaceExclude: '^docker'\nipv6: false\nresyncInterval: 1s\ndebounce: 100ms\n\
+             allowEmpty: true\nnflogGroupEgress: 6\nmetricsAddress: 127.0.0.1:9808\n",
+        );
+        assert_eq!(errors, Vec::<String>::new());
+        assert_eq!(config.policies_dir, PathBuf::from("/srv/p"));
+        assert_eq!(config.backend, BackendChoice::IptablesNft);
+        assert_eq!(config.mark_mask, 0xff00_0000);
+        assert_eq!(config.nflog_group, 5);
+        assert_eq!(config.nflog_group_egress, 6);
+        assert_eq!(
+            config.log_actions,
+            BTreeSet::from([Action::Allow, Action::Deny])
+        );
+        assert_eq!(
+            config.failsafe_inbound,
+            vec![Failsafe::new(Protocol::Tcp, 2222)]
+        );
+        assert!(config.failsafe_outbound.is_empty());
+        assert_eq!(config.node_name.as_deref(), Some("node-1"));
+        assert_eq!(
+            config.host_labels.get("role").map(String::as_str),
+            Some("edge")
+        );
+        assert_eq!(config.ipv6, Ipv6Mode::Disabled);
+        assert_eq!(config.resync_interval, Duration::from_secs(1));
+        assert_eq!(config.debounce, Duration::from_millis(100));
+        assert!(config.allow_empty);
+        assert_eq!(
+            config.metrics_address,
+            Some("127.0.0.1:9808".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_position() {
+        let (_, errors) = parse_text("backend: auto\nresync: 5s\n");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("config.yaml:2:1: error: unknown field `resync`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_all_reported() {
+        let (_, errors) = parse_text(
+            "backend: iptables\nmarkMask: 0xc000\nresyncInterval: soon\nipv6: maybe\nmetricsAddress: x\n",
+        );
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        assert!(errors[0].contains("1:10: error: unknown backend `iptables`"));
+        assert!(errors[1].contains("overlaps kube-proxy"));
+        assert!(errors[2].contains("is not a duration"));
+        assert!(errors[3].contains("`ipv6` must be"));
+        assert!(errors[4].contains("not an address and port"));
+    }
+
+    #[test]
+    fn mark_masks_need_five_free_bits() {
+        assert_eq!(
+            parse_mark_mask(&RawNumber::Text("0x1f0000".into())),
+            Ok(0x1f_0000)
+        );
+        assert!(parse_mark_mask(&RawNumber::Text("0xf0000".into())).is_err());
+        assert!(parse_mark_mask(&RawNumber::Integer(0xffff_c000)).is_err());
+        assert!(parse_mark_mask(&RawNumber::Text("nope".into())).is_err());
+    }
+}

@@ -1,0 +1,223 @@
+//! Diagnostics: what is wrong with the input, where, and what to write instead.
+//!
+//! Diagnostics keep a [`FileId`] and a byte [`Span`]; they are turned into the
+//! `path:line:column: error: message` form, with a code frame and a `help:` line, only when
+//! printed. Validation collects every diagnostic of a run instead of stopping at the first.
+
+use std::fmt::{self, Write as _};
+
+use crate::source::{FileId, Sources, Span};
+
+/// How bad a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something worth knowing; the input is still used.
+    Warning,
+    /// The input is invalid; nothing from it reaches the kernel.
+    Error,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        })
+    }
+}
+
+/// One finding about the input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// The file it is about, if any.
+    pub file: Option<FileId>,
+    /// Where in that file, if known.
+    pub span: Option<Span>,
+    /// One sentence, no final period; values and paths in backticks.
+    pub message: String,
+    /// What to write instead, when there is something useful to say.
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// An error about `span` in `file`.
+    pub fn error(file: FileId, span: Span, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            file: Some(file),
+            span: Some(span),
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    /// A warning about `span` in `file`.
+    pub fn warning(file: FileId, span: Span, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(file, span, message)
+        }
+    }
+
+    /// An error about a whole file (for example one that cannot be read).
+    pub fn file_error(file: FileId, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            file: Some(file),
+            span: None,
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    /// An error that belongs to no file.
+    pub fn global_error(message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            file: None,
+            span: None,
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    /// A warning that belongs to no file.
+    pub fn global_warning(message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::global_error(message)
+        }
+    }
+
+    /// Adds a `help:` line.
+    #[must_use]
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// Whether this is an error.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// The first line of the rendered diagnostic: `path:line:column: error: message`.
+    pub fn headline(&self, sources: &Sources) -> String {
+        let mut out = String::new();
+        if let Some(file) = self.file {
+            let source = sources.get(file);
+            let _ = write!(out, "{}", source.path.display());
+            if let Some(span) = self.span {
+                let _ = write!(out, ":{}", source.line_column(span.start));
+            }
+            out.push_str(": ");
+        }
+        let _ = write!(out, "{}: {}", self.severity, self.message);
+        out
+    }
+
+    /// The whole diagnostic: the headline, a code frame under the offending text, and the help.
+    pub fn render(&self, sources: &Sources) -> String {
+        let mut out = self.headline(sources);
+        out.push('\n');
+        if let (Some(file), Some(span)) = (self.file, self.span) {
+            let source = sources.get(file);
+            let start = source.line_column(span.start);
+            let line_text = source.line_text(start.line);
+            if !line_text.is_empty() {
+                let end = source.line_column(span.end.max(span.start));
+                let width = if end.line == start.line {
+                    end.column.saturating_sub(start.column).max(1)
+                } else {
+                    line_text
+                        .chars()
+                        .count()
+                        .saturating_sub(start.column - 1)
+                        .max(1)
+                };
+                let gutter = start.line.to_string().len();
+                let _ = writeln!(out, "{:gutter$} |", "");
+                let _ = writeln!(out, "{} | {}", start.line, line_text.replace('\t', " "));
+                let _ = writeln!(
+                    out,
+                    "{:gutter$} | {}{}",
+                    "",
+                    " ".repeat(start.column - 1),
+                    "^".repeat(width)
+                );
+            }
+        }
+        if let Some(help) = &self.help {
+            let _ = writeln!(out, "  = help: {help}");
+        }
+        out
+    }
+}
+
+/// Renders every diagnostic, errors and warnings in the order given, separated by blank lines.
+pub fn render_all(diagnostics: &[Diagnostic], sources: &Sources) -> String {
+    let mut out = String::new();
+    for (index, diagnostic) in diagnostics.iter().enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        out.push_str(&diagnostic.render(sources));
+    }
+    out
+}
+
+/// Whether any diagnostic is an error.
+pub fn has_errors(diagnostics: &[Diagnostic]) -> bool {
+    diagnostics.iter().any(Diagnostic::is_error)
+}
+
+/// Sorts diagnostics by file, then position, so output is stable whatever order they were found
+/// in. Diagnostics without a file come first.
+pub fn sort(diagnostics: &mut [Diagnostic]) {
+    diagnostics.sort_by(|a, b| {
+        (
+            a.file,
+            a.span.map(|s| s.start),
+            a.severity == Severity::Warning,
+        )
+            .cmp(&(
+                b.file,
+                b.span.map(|s| s.start),
+                b.severity == Severity::Warning,
+            ))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    #[test]
+    fn renders_path_line_column_frame_and_help() {
+        let mut sources = Sources::new();
+        let file = sources.add(SourceFile::new(
+            "policies/a.yaml",
+            "spec:\n  nets: [10.0.0.1]\n",
+        ));
+        let diagnostic = Diagnostic::error(file, Span::new(15, 8), "`10.0.0.1` is not a CIDR")
+            .with_help("write `10.0.0.1/32`");
+        assert_eq!(
+            diagnostic.render(&sources),
+            "policies/a.yaml:2:10: error: `10.0.0.1` is not a CIDR\n  |\n2 |   nets: [10.0.0.1]\n  |          ^^^^^^^^\n  = help: write `10.0.0.1/32`\n"
+        );
+    }
+
+    #[test]
+    fn global_diagnostics_have_no_position() {
+        let sources = Sources::new();
+        let diagnostic = Diagnostic::global_warning("no policy files in `/x`");
+        assert_eq!(
+            diagnostic.render(&sources),
+            "warning: no policy files in `/x`\n"
+        );
+    }
+}

@@ -1,0 +1,21 @@
+//! nodeport-guard: source-IP whitelists for published ports, from Calico-shaped policy files.
+//!
+//! The pipeline, top to bottom (see `ARCHITECTURE.md`):
+//!
+//! ```text
+//! files ──load──▶ SourceFile ──parse──▶ RawResource ──validate──▶ Model (+ Diagnostics)
+//!       ──compile──▶ Ruleset ──render──▶ iptables-restore / ipset / nft text
+//! kernel ──observe──▶ Observed ──plan(desired, observed)──▶ Plan ──apply──▶ kernel
+//! ```
+
+pub mod cli;
+pub mod config;
+pub mod diagnostic;
+pub mod load;
+pub mod marks;
+pub mod model;
+pub mod ruleset;
+pub mod selector;
+pub mod source;
+pub mod spec;
+pub mod validate;

@@ -1,0 +1,431 @@
+//! The validated policy model: what the policy files mean, with every value parsed and checked.
+//!
+//! Architecture invariant: a [`Model`] can only be built by `validate`, so every name, label,
+//! CIDR, port and selector in it is known to be well-formed and safe to render into kernel
+//! input. The model knows nothing about iptables or nftables.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::selector::Selector;
+use crate::source::{FileId, Span};
+
+/// Where a resource or rule was written, for warnings that point back at the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The file.
+    pub file: FileId,
+    /// The span in that file.
+    pub span: Span,
+}
+
+/// Labels of an endpoint or network set.
+pub type Labels = BTreeMap<String, String>;
+
+/// Every resource of a valid policy set.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    /// Policies in evaluation order: by `order` (none last), then by name.
+    pub policies: Vec<Policy>,
+    /// Network sets, sorted by name.
+    pub network_sets: Vec<NetworkSet>,
+    /// Host endpoints of every node, sorted by name.
+    pub host_endpoints: Vec<HostEndpoint>,
+}
+
+impl Model {
+    /// Whether the policy set holds no policy at all (the daemon's `allowEmpty` guard).
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+}
+
+/// An IP family.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum IpFamily {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl IpFamily {
+    /// Both families, IPv4 first.
+    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+    /// The family of an address.
+    pub fn of_addr(addr: &IpAddr) -> IpFamily {
+        match addr {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+
+    /// The family of a network.
+    pub fn of_net(net: &IpNet) -> IpFamily {
+        match net {
+            IpNet::V4(_) => IpFamily::V4,
+            IpNet::V6(_) => IpFamily::V6,
+        }
+    }
+
+    /// `4` or `6`.
+    pub fn number(self) -> u8 {
+        match self {
+            IpFamily::V4 => 4,
+            IpFamily::V6 => 6,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
+    }
+}
+
+/// Where a policy runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// Normal policy: filter `INPUT`/`OUTPUT` (and `FORWARD` with `applyOnForward`), default
+    /// deny at the end.
+    Normal,
+    /// `preDNAT: true`: mangle `PREROUTING`, ingress only, no default deny.
+    PreDnat,
+    /// `doNotTrack: true`: raw table, allowed packets skip connection tracking.
+    Untracked,
+}
+
+/// Traffic direction relative to the host endpoint.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Arriving at the endpoint.
+    Ingress,
+    /// Leaving the endpoint.
+    Egress,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        })
+    }
+}
+
+/// A `GlobalNetworkPolicy`.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// The policy's name (an RFC 1123 subdomain).
+    pub name: String,
+    /// `order`; `None` runs after every ordered policy.
+    pub order: Option<f64>,
+    /// Which host endpoints it applies to.
+    pub selector: Selector,
+    /// Ingress rules, if the policy's `types` include `Ingress`.
+    pub ingress: Option<Vec<Rule>>,
+    /// Egress rules, if the policy's `types` include `Egress`.
+    pub egress: Option<Vec<Rule>>,
+    /// Where it runs.
+    pub kind: PolicyKind,
+    /// `applyOnForward`.
+    pub apply_on_forward: bool,
+    /// Where it was written.
+    pub origin: Origin,
+}
+
+impl Policy {
+    /// The rules of one direction, if the policy governs it.
+    pub fn rules(&self, direction: Direction) -> Option<&[Rule]> {
+        match direction {
+            Direction::Ingress => self.ingress.as_deref(),
+            Direction::Egress => self.egress.as_deref(),
+        }
+    }
+}
+
+/// What a rule does when it matches.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Action {
+    /// Accept the packet: stop evaluating policy.
+    Allow,
+    /// Drop the packet.
+    Deny,
+    /// Skip the remaining policies.
+    Pass,
+    /// Log the packet and go on with the next rule.
+    Log,
+}
+
+impl Action {
+    /// The action as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "Allow",
+            Action::Deny => "Deny",
+            Action::Pass => "Pass",
+            Action::Log => "Log",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An IP protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// TCP (6).
+    Tcp,
+    /// UDP (17).
+    Udp,
+    /// ICMP (1); IPv4 only.
+    Icmp,
+    /// ICMPv6 (58); IPv6 only.
+    Icmpv6,
+    /// SCTP (132).
+    Sctp,
+    /// UDP-Lite (136).
+    UdpLite,
+    /// Any other protocol, by number.
+    Number(u8),
+}
+
+impl Protocol {
+    /// The protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Icmp => 1,
+            Protocol::Icmpv6 => 58,
+            Protocol::Sctp => 132,
+            Protocol::UdpLite => 136,
+            Protocol::Number(number) => number,
+        }
+    }
+
+    /// The protocol for a number, using the named variant where there is one.
+    pub fn from_number(number: u8) -> Protocol {
+        match number {
+            6 => Protocol::Tcp,
+            17 => Protocol::Udp,
+            1 => Protocol::Icmp,
+            58 => Protocol::Icmpv6,
+            132 => Protocol::Sctp,
+            136 => Protocol::UdpLite,
+            other => Protocol::Number(other),
+        }
+    }
+
+    /// Whether rules may match ports of this protocol (Calico: TCP, UDP, SCTP).
+    pub fn has_ports(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Udp | Protocol::Sctp)
+    }
+
+    /// The only family the protocol exists in, for ICMP and ICMPv6.
+    pub fn family(self) -> Option<IpFamily> {
+        match self {
+            Protocol::Icmp => Some(IpFamily::V4),
+            Protocol::Icmpv6 => Some(IpFamily::V6),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Protocol::Tcp => f.write_str("TCP"),
+            Protocol::Udp => f.write_str("UDP"),
+            Protocol::Icmp => f.write_str("ICMP"),
+            Protocol::Icmpv6 => f.write_str("ICMPv6"),
+            Protocol::Sctp => f.write_str("SCTP"),
+            Protocol::UdpLite => f.write_str("UDPLite"),
+            Protocol::Number(number) => write!(f, "{number}"),
+        }
+    }
+}
+
+/// An ICMP type and optional code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IcmpMatch {
+    /// Type, 0–254.
+    pub icmp_type: u8,
+    /// Code, 0–255.
+    pub code: Option<u8>,
+}
+
+/// One entry of `ports` / `notPorts`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Port {
+    /// One port number.
+    Single(u16),
+    /// An inclusive range `first:last`.
+    Range(u16, u16),
+    /// A named port of a host endpoint.
+    Named(String),
+}
+
+impl fmt::Display for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Port::Single(port) => write!(f, "{port}"),
+            Port::Range(first, last) => write!(f, "{first}:{last}"),
+            Port::Named(name) => f.write_str(name),
+        }
+    }
+}
+
+/// `source` or `destination` of a rule. Every condition present must hold.
+#[derive(Clone, Debug, Default)]
+pub struct EntityRule {
+    /// The address is in one of these networks (empty: no condition).
+    pub nets: Vec<IpNet>,
+    /// The address is in none of these networks.
+    pub not_nets: Vec<IpNet>,
+    /// The address belongs to a network set or host endpoint these labels select.
+    pub selector: Option<Selector>,
+    /// The address belongs to no network set or host endpoint these labels select.
+    pub not_selector: Option<Selector>,
+    /// The port is one of these (empty: no condition).
+    pub ports: Vec<Port>,
+    /// The port is none of these.
+    pub not_ports: Vec<Port>,
+}
+
+impl EntityRule {
+    /// Whether the entity rule has no condition at all.
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+            && self.not_nets.is_empty()
+            && self.selector.is_none()
+            && self.not_selector.is_none()
+            && self.ports.is_empty()
+            && self.not_ports.is_empty()
+    }
+}
+
+/// A policy rule.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// What happens on a match.
+    pub action: Action,
+    /// The packet's protocol must be this one.
+    pub protocol: Option<Protocol>,
+    /// The packet's protocol must not be this one.
+    pub not_protocol: Option<Protocol>,
+    /// ICMP type/code to match.
+    pub icmp: Option<IcmpMatch>,
+    /// ICMP type/code not to match.
+    pub not_icmp: Option<IcmpMatch>,
+    /// The only family the rule applies to, if limited.
+    pub ip_version: Option<IpFamily>,
+    /// Conditions on the source.
+    pub source: EntityRule,
+    /// Conditions on the destination.
+    pub destination: EntityRule,
+    /// Rule annotations, rendered as comments.
+    pub annotations: BTreeMap<String, String>,
+    /// Where it was written.
+    pub origin: Origin,
+}
+
+impl Rule {
+    /// The families this rule can apply to, from `ipVersion`, its nets and its protocol.
+    pub fn families(&self) -> Vec<IpFamily> {
+        let mut families = IpFamily::BOTH.to_vec();
+        let mut restrict = |family: IpFamily| families.retain(|f| *f == family);
+        if let Some(family) = self.ip_version {
+            restrict(family);
+        }
+        if let Some(family) = self.protocol.and_then(Protocol::family) {
+            restrict(family);
+        }
+        for net in self
+            .source
+            .nets
+            .iter()
+            .chain(&self.source.not_nets)
+            .chain(&self.destination.nets)
+            .chain(&self.destination.not_nets)
+        {
+            restrict(IpFamily::of_net(net));
+        }
+        families
+    }
+}
+
+/// A `GlobalNetworkSet`.
+#[derive(Clone, Debug)]
+pub struct NetworkSet {
+    /// Name.
+    pub name: String,
+    /// Labels rule selectors match.
+    pub labels: Labels,
+    /// The networks in the set (single addresses as /32 or /128).
+    pub nets: Vec<IpNet>,
+    /// Where it was written.
+    pub origin: Origin,
+}
+
+/// The interface a host endpoint stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EndpointInterface {
+    /// `interfaceName: "*"`: every interface of the host.
+    All,
+    /// One named interface.
+    Named(String),
+    /// No interface name: the interface that holds one of `expectedIPs`.
+    ByAddress,
+}
+
+/// A named port of a host endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NamedPort {
+    /// Name rules refer to.
+    pub name: String,
+    /// Port number.
+    pub port: u16,
+    /// TCP, UDP or SCTP.
+    pub protocol: Protocol,
+}
+
+/// A `HostEndpoint`, explicit or the implicit one of this host.
+#[derive(Clone, Debug)]
+pub struct HostEndpoint {
+    /// Name (`<node>-implicit` for the implicit endpoint).
+    pub name: String,
+    /// Labels policy selectors match.
+    pub labels: Labels,
+    /// The node it belongs to.
+    pub node: String,
+    /// Which interface(s) it stands for.
+    pub interface: EndpointInterface,
+    /// Its addresses, which rule selectors match.
+    pub expected_ips: Vec<IpAddr>,
+    /// Named ports.
+    pub ports: Vec<NamedPort>,
+    /// Whether it carries Calico's allow-all profile (`projectcalico-default-allow`): traffic no
+    /// policy decided is allowed instead of dropped.
+    pub default_allow: bool,
+    /// Where it was written; `None` for the implicit endpoint.
+    pub origin: Option<Origin>,
+}
