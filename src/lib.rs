@@ -9,11 +9,14 @@
 //! ```
 
 pub mod cli;
+pub mod compile;
 pub mod config;
 pub mod diagnostic;
+pub mod facts;
 pub mod load;
 pub mod marks;
 pub mod model;
+pub mod render;
 pub mod ruleset;
 pub mod selector;
 pub mod source;

@@ -1,0 +1,149 @@
+//! Names of chains and sets, and the short hashes that keep them within the kernel's limits.
+//!
+//! Every name is deterministic: the same policies always give the same names, so a plan
+//! compares like with like and an unchanged policy never causes a write.
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use crate::model::{Direction, IpFamily};
+use crate::ruleset::{CHAIN_PREFIX, MAX_CHAIN_NAME, MAX_SET_NAME};
+
+/// URL-safe base64 (no padding) of the SHA-256 of `text`.
+pub fn hash(text: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(text.as_bytes()))
+}
+
+/// `prefix + suffix` if it fits in `max` characters, else `prefix + "_" + hash(suffix)` cut to
+/// `max` (Felix's `GetLengthLimitedID`). Names users write never contain `_`, so a hashed
+/// name can never equal a plain one.
+pub fn length_limited(prefix: &str, suffix: &str, max: usize) -> String {
+    let plain = format!("{prefix}{suffix}");
+    if plain.len() <= max && !suffix.starts_with('_') && is_plain_name(suffix) {
+        return plain;
+    }
+    let digest = hash(suffix);
+    let room = max.saturating_sub(prefix.len() + 1);
+    format!("{prefix}_{}", &digest[..room.min(digest.len())])
+}
+
+/// Whether a name can appear in kernel input as it is: letters, digits, `-`, `.`.
+fn is_plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// The chain of a policy's rules for one direction: `npg-pi-<name>` / `npg-po-<name>`.
+pub fn policy_chain(policy: &str, direction: Direction) -> String {
+    let prefix = match direction {
+        Direction::Ingress => "npg-pi-",
+        Direction::Egress => "npg-po-",
+    };
+    length_limited(prefix, policy, MAX_CHAIN_NAME)
+}
+
+/// Token standing for "every interface" in endpoint chain names. It is longer than any
+/// interface name may be (15), so it cannot collide with one.
+pub const ALL_INTERFACES: &str = "all-interfaces.any";
+
+/// The kinds of per-endpoint chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EndpointChainKind {
+    /// Traffic from the endpoint to the host (`fh`).
+    FromHost,
+    /// Traffic from the host out of the endpoint (`th`).
+    ToHost,
+    /// Forwarded traffic arriving through the endpoint (`fhfw`).
+    FromHostForward,
+    /// Forwarded traffic leaving through the endpoint (`thfw`).
+    ToHostForward,
+}
+
+/// The chain of one endpoint for one kind of traffic, e.g. `npg-fh-eth0`.
+pub fn endpoint_chain(kind: EndpointChainKind, interface: Option<&str>) -> String {
+    let prefix = match kind {
+        EndpointChainKind::FromHost => "npg-fh-",
+        EndpointChainKind::ToHost => "npg-th-",
+        EndpointChainKind::FromHostForward => "npg-fhfw-",
+        EndpointChainKind::ToHostForward => "npg-thfw-",
+    };
+    length_limited(prefix, interface.unwrap_or(ALL_INTERFACES), MAX_CHAIN_NAME)
+}
+
+/// A chain holding a slice of a long policy list, named after its content so endpoints with the
+/// same policies share it.
+pub fn batch_chain(content: &str) -> String {
+    length_limited("npg-pb-", &format!("_{content}"), MAX_CHAIN_NAME)
+}
+
+/// A set's name: `npg4-<tag>-<hash>` or `npg6-…`, at most 31 characters.
+pub fn set_name(family: IpFamily, tag: &str, identity: &str) -> String {
+    let prefix = format!("npg{}-{tag}-", family.number());
+    let digest = hash(identity);
+    let room = MAX_SET_NAME - prefix.len();
+    format!("{prefix}{}", &digest[..room.min(digest.len())])
+}
+
+/// The set of this host's own addresses.
+pub fn this_host_set(family: IpFamily) -> String {
+    format!("npg{}-this-host", family.number())
+}
+
+/// Whether a chain name is ours.
+pub fn is_our_chain(name: &str) -> bool {
+    name.starts_with(CHAIN_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_stay_readable() {
+        assert_eq!(
+            policy_chain("allow-office", Direction::Ingress),
+            "npg-pi-allow-office"
+        );
+        assert_eq!(
+            endpoint_chain(EndpointChainKind::FromHost, Some("eth0")),
+            "npg-fh-eth0"
+        );
+    }
+
+    #[test]
+    fn long_names_are_hashed_to_the_limit() {
+        let name = policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
+        assert_eq!(name.len(), MAX_CHAIN_NAME);
+        assert!(name.starts_with("npg-pi-_"), "{name}");
+        assert_ne!(
+            name,
+            policy_chain("allow-cluster-nodeport-onlz", Direction::Ingress)
+        );
+        for kind in [
+            EndpointChainKind::FromHost,
+            EndpointChainKind::ToHost,
+            EndpointChainKind::FromHostForward,
+            EndpointChainKind::ToHostForward,
+        ] {
+            assert!(endpoint_chain(kind, None).len() <= MAX_CHAIN_NAME);
+            assert!(endpoint_chain(kind, Some("abcdefghijklmno")).len() <= MAX_CHAIN_NAME);
+        }
+    }
+
+    #[test]
+    fn set_names_fit_ipset() {
+        let name = set_name(IpFamily::V6, "n", "policy/ingress/0/source");
+        assert_eq!(name.len(), MAX_SET_NAME);
+        assert!(name.starts_with("npg6-n-"));
+        assert_eq!(this_host_set(IpFamily::V4), "npg4-this-host");
+    }
+
+    #[test]
+    fn hashed_names_never_equal_plain_ones() {
+        // A hashed name has `_` right after the prefix, which no valid name contains.
+        let hashed = length_limited("npg-pi-", &"a".repeat(40), MAX_CHAIN_NAME);
+        assert_eq!(&hashed[7..8], "_");
+    }
+}

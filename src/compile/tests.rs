@@ -1,0 +1,478 @@
+//! Unit tests of the compiler on models built in code (the golden tests in `tests/` run the
+//! whole pipeline from YAML).
+
+use super::*;
+use crate::model::{
+    Action as PolicyAction, EntityRule, Origin, Port, Protocol, Rule as PolicyRule,
+};
+use crate::render::iptables::render_chain;
+use crate::selector::Selector;
+use crate::source::{FileId, Span};
+
+fn origin() -> Origin {
+    Origin {
+        file: FileId(0),
+        span: Span::default(),
+    }
+}
+
+fn rule(action: PolicyAction) -> PolicyRule {
+    PolicyRule {
+        action,
+        protocol: None,
+        not_protocol: None,
+        icmp: None,
+        not_icmp: None,
+        ip_version: None,
+        source: EntityRule::default(),
+        destination: EntityRule::default(),
+        annotations: BTreeMap::new(),
+        origin: origin(),
+    }
+}
+
+fn nets(list: &[&str]) -> Vec<ipnet::IpNet> {
+    list.iter().map(|n| n.parse().expect("net")).collect()
+}
+
+fn tcp_port(action: PolicyAction, ports: Vec<Port>) -> PolicyRule {
+    let mut rule = rule(action);
+    rule.protocol = Some(Protocol::Tcp);
+    rule.destination.ports = ports;
+    rule
+}
+
+fn policy(name: &str, order: f64, kind: PolicyKind, ingress: Vec<PolicyRule>) -> Policy {
+    Policy {
+        name: name.to_owned(),
+        order: Some(order),
+        selector: Selector::all(),
+        ingress: Some(ingress),
+        egress: None,
+        kind,
+        apply_on_forward: kind != PolicyKind::Normal,
+        origin: origin(),
+    }
+}
+
+fn mission() -> Policy {
+    let mut allow = rule(PolicyAction::Allow);
+    allow.source.nets = nets(&["198.51.100.10/32", "198.51.100.12/32", "203.0.113.0/28"]);
+    policy(
+        "allow-cluster-nodeport-only",
+        10.0,
+        PolicyKind::PreDnat,
+        vec![
+            allow,
+            tcp_port(PolicyAction::Deny, vec![Port::Single(30008)]),
+        ],
+    )
+}
+
+fn host() -> HostFacts {
+    HostFacts {
+        interfaces: vec![crate::facts::Interface {
+            name: "eth0".into(),
+            addresses: vec![
+                "198.51.100.1".parse().expect("ip"),
+                "2001:db8:1::1".parse().expect("ip"),
+            ],
+        }],
+        ..HostFacts::minimal("node-1")
+    }
+}
+
+fn compile_policies(policies: Vec<Policy>, config: &Config) -> Compiled {
+    let model = Model {
+        policies,
+        ..Model::default()
+    };
+    compile(&model, config, &host())
+}
+
+/// The rendered rules of one chain, without the hash comments, for readable assertions.
+fn chain_text(compiled: &Compiled, family: IpFamily, table: Table, chain: &str) -> Vec<String> {
+    let table_rules = compiled
+        .ruleset
+        .family(family)
+        .and_then(|f| f.table(table))
+        .unwrap_or_else(|| panic!("no table {table} for {family}"));
+    let chain = table_rules
+        .chain(chain)
+        .unwrap_or_else(|| panic!("no chain {chain}"));
+    render_chain(table, chain, family)
+        .into_iter()
+        .map(|rule| {
+            let line = rule.line;
+            let start = line
+                .find(" -m comment --comment \"npg:")
+                .expect("hash comment");
+            let end = line[start + 1..]
+                .find("\" ")
+                .map_or(line.len(), |e| start + 1 + e + 1);
+            format!("{}{}", &line[..start], &line[end..])
+        })
+        .collect()
+}
+
+#[test]
+fn mission_policy_chain_has_felix_shape() {
+    let compiled = compile_policies(vec![mission()], &Config::default());
+    let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
+    let comment = "-m comment --comment \"policy allow-cluster-nodeport-only ingress rule";
+    let expected = vec![
+        format!("-A {chain} {comment} 0\" -j MARK --set-xmark 0x0/0x180000"),
+        format!("-A {chain} {comment} 0\" -s 198.51.100.10/32 -j MARK --set-xmark 0x80000/0x80000"),
+        format!("-A {chain} {comment} 0\" -s 198.51.100.12/32 -j MARK --set-xmark 0x80000/0x80000"),
+        format!("-A {chain} {comment} 0\" -s 203.0.113.0/28 -j MARK --set-xmark 0x80000/0x80000"),
+        format!(
+            "-A {chain} {comment} 0\" -m mark --mark 0x80000/0x80000 -j MARK --set-xmark 0x10000/0x10000"
+        ),
+        format!("-A {chain} {comment} 0\" -m mark --mark 0x10000/0x10000 -j RETURN"),
+        format!(
+            "-A {chain} {comment} 1\" -p tcp -m multiport --dports 30008 -j MARK --set-xmark 0x40000/0x40000"
+        ),
+        format!(
+            "-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j NFLOG --nflog-group 1 --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-size 80"
+        ),
+        format!("-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j DROP"),
+    ];
+    assert_eq!(
+        chain_text(&compiled, IpFamily::V4, Table::Mangle, &chain),
+        expected
+    );
+    // The IPv6 chain has no net of its family in rule 0: only the deny remains.
+    assert_eq!(
+        chain_text(&compiled, IpFamily::V6, Table::Mangle, &chain).len(),
+        3
+    );
+}
+
+#[test]
+fn logging_allow_adds_nflog_before_the_return() {
+    let config = Config {
+        log_actions: [PolicyAction::Allow, PolicyAction::Deny].into(),
+        ..Config::default()
+    };
+    let compiled = compile_policies(vec![mission()], &config);
+    let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
+    let rules = chain_text(&compiled, IpFamily::V4, Table::Mangle, &chain);
+    assert!(rules[5].contains("-m mark --mark 0x10000/0x10000 -j NFLOG --nflog-group 1 --nflog-prefix \"API0|allow-cluster-nodeport-only\""), "{rules:#?}");
+    assert!(
+        rules[6].ends_with("-m mark --mark 0x10000/0x10000 -j RETURN"),
+        "{rules:#?}"
+    );
+}
+
+#[test]
+fn pre_dnat_policy_hooks_mangle_prerouting_only() {
+    let compiled = compile_policies(vec![mission()], &Config::default());
+    let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
+    assert_eq!(
+        v4.tables.iter().map(|t| t.table).collect::<Vec<_>>(),
+        vec![Table::Mangle]
+    );
+    let mangle = v4.table(Table::Mangle).expect("mangle");
+    assert_eq!(
+        mangle.hooks,
+        vec![Hook {
+            kernel_chain: "PREROUTING".into(),
+            target: "npg-PREROUTING".into()
+        }]
+    );
+    let top = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-PREROUTING");
+    assert_eq!(
+        top,
+        vec![
+            "-A npg-PREROUTING -m comment --comment \"replies and established connections\" -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+            "-A npg-PREROUTING -j MARK --set-xmark 0x0/0x1f0000",
+            "-A npg-PREROUTING -m comment --comment \"host to itself\" -i lo -j RETURN",
+            "-A npg-PREROUTING -m comment --comment \"host to itself (src is a host address)\" -m set --match-set npg4-this-host src -j RETURN",
+            "-A npg-PREROUTING -j npg-from-host-endpoint",
+        ]
+    );
+    let endpoint = chain_text(
+        &compiled,
+        IpFamily::V4,
+        Table::Mangle,
+        "npg-fh-all-interfaces.any",
+    );
+    assert_eq!(
+        endpoint[0],
+        "-A npg-fh-all-interfaces.any -m comment --comment \"failsafe ports\" -j npg-failsafe-in"
+    );
+    assert!(
+        endpoint.iter().all(|r| !r.ends_with("-j DROP")),
+        "pre-DNAT has no default deny: {endpoint:#?}"
+    );
+    let this_host = v4.set("npg4-this-host").expect("this-host set");
+    assert_eq!(this_host.members.len(), 1);
+    // No policy is normal: the filter table is left alone.
+    assert!(
+        compiled
+            .warnings
+            .iter()
+            .all(|w| !w.message.contains("default-deny"))
+    );
+}
+
+#[test]
+fn normal_ingress_policy_is_default_deny_with_failsafes_first() {
+    let allow = tcp_port(PolicyAction::Allow, vec![Port::Single(443)]);
+    let compiled = compile_policies(
+        vec![policy("web", 1.0, PolicyKind::Normal, vec![allow])],
+        &Config::default(),
+    );
+    let endpoint = chain_text(
+        &compiled,
+        IpFamily::V4,
+        Table::Filter,
+        "npg-fh-all-interfaces.any",
+    );
+    let actions: Vec<&str> = endpoint
+        .iter()
+        .map(|r| r.rsplit(" -").next().unwrap_or_default())
+        .collect();
+    assert!(
+        endpoint[0].contains("--ctstate INVALID -j DROP"),
+        "{endpoint:#?}"
+    );
+    assert!(endpoint[1].ends_with("-j npg-failsafe-in"), "{endpoint:#?}");
+    assert!(
+        endpoint
+            .iter()
+            .any(|r| r.ends_with("-m mark --mark 0x0/0x20000 -j npg-pi-web")),
+        "{endpoint:#?}"
+    );
+    assert!(
+        endpoint
+            .iter()
+            .any(|r| r.contains("End of tier default. Drop if no policies passed packet")),
+        "{actions:#?}"
+    );
+    assert!(
+        endpoint
+            .last()
+            .is_some_and(|r| r.contains("allowed by profile projectcalico-default-allow"))
+    );
+    let failsafe = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-failsafe-in");
+    assert_eq!(failsafe.len(), 9);
+    assert_eq!(
+        failsafe[0],
+        "-A npg-failsafe-in -p tcp -m multiport --dports 22 -j MARK --set-xmark 0x10000/0x10000"
+    );
+    assert!(
+        compiled
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("default-deny for ingress"))
+    );
+    let filter = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .and_then(|f| f.table(Table::Filter))
+        .expect("filter");
+    assert_eq!(filter.hooks.len(), 1);
+    assert_eq!(filter.hooks[0].kernel_chain, "INPUT");
+}
+
+#[test]
+fn long_net_lists_become_one_set_match() {
+    let mut allow = rule(PolicyAction::Allow);
+    allow.source.nets = (0..100u8)
+        .map(|i| format!("10.{i}.0.0/16").parse().expect("net"))
+        .collect();
+    let compiled = compile_policies(
+        vec![policy("big", 1.0, PolicyKind::PreDnat, vec![allow])],
+        &Config::default(),
+    );
+    let chain = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-pi-big");
+    assert_eq!(chain.len(), 1, "{chain:#?}");
+    assert!(
+        chain[0].contains("-m set --match-set npg4-n-"),
+        "{chain:#?}"
+    );
+    let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
+    let set = v4
+        .sets
+        .iter()
+        .find(|s| s.name.starts_with("npg4-n-"))
+        .expect("net set");
+    // 10.0.0.0/16 … 10.99.0.0/16 merge where they can.
+    assert!(set.members.len() < 100 && !set.members.is_empty());
+    assert!(set.name.len() <= crate::ruleset::MAX_SET_NAME);
+}
+
+#[test]
+fn more_than_fifteen_ports_split_into_a_block() {
+    let ports: Vec<Port> = (1000..1017)
+        .map(Port::Single)
+        .chain([Port::Range(2000, 2100)])
+        .collect();
+    let compiled = compile_policies(
+        vec![policy(
+            "ports",
+            1.0,
+            PolicyKind::PreDnat,
+            vec![tcp_port(PolicyAction::Deny, ports)],
+        )],
+        &Config::default(),
+    );
+    let chain = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-pi-ports");
+    assert!(
+        chain[0].ends_with("-j MARK --set-xmark 0x0/0x180000"),
+        "{chain:#?}"
+    );
+    assert!(chain[1].contains(
+        "--dports 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011,1012,1013,1014 "
+    ));
+    assert!(
+        chain[2].contains("--dports 1015,1016,2000:2100 "),
+        "{chain:#?}"
+    );
+    assert!(
+        chain[3]
+            .contains("-p tcp -m mark --mark 0x80000/0x80000 -j MARK --set-xmark 0x40000/0x40000"),
+        "{chain:#?}"
+    );
+}
+
+#[test]
+fn thousands_of_policies_keep_every_chain_short() {
+    let policies: Vec<Policy> = (0..2500)
+        .map(|i| {
+            let mut allow = rule(PolicyAction::Allow);
+            allow.source.nets = nets(&["192.0.2.0/24"]);
+            policy(
+                &format!("p{i:05}"),
+                f64::from(i),
+                PolicyKind::PreDnat,
+                vec![allow],
+            )
+        })
+        .collect();
+    let compiled = compile_policies(policies, &Config::default());
+    let longest = compiled
+        .ruleset
+        .chains()
+        .map(|(_, _, chain)| chain.rules.len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        longest <= 2 * POLICIES_PER_CHAIN + 10,
+        "longest chain has {longest} rules"
+    );
+    let batches = compiled
+        .ruleset
+        .chains()
+        .filter(|(f, _, c)| *f == IpFamily::V4 && c.name.starts_with("npg-pb-"))
+        .count();
+    assert_eq!(batches, 25);
+}
+
+#[test]
+fn no_policy_means_no_rules() {
+    let compiled = compile_policies(Vec::new(), &Config::default());
+    assert!(
+        compiled
+            .ruleset
+            .families
+            .iter()
+            .all(|f| f.tables.is_empty() && f.sets.is_empty())
+    );
+}
+
+#[test]
+fn explicit_endpoint_without_profile_is_default_deny_even_without_policy() {
+    let model = Model {
+        host_endpoints: vec![HostEndpoint {
+            name: "node-1-eth0".into(),
+            labels: BTreeMap::new(),
+            node: "node-1".into(),
+            interface: EndpointInterface::Named("eth0".into()),
+            expected_ips: Vec::new(),
+            ports: Vec::new(),
+            default_allow: false,
+            origin: Some(origin()),
+        }],
+        ..Model::default()
+    };
+    let compiled = compile(&model, &Config::default(), &host());
+    let endpoint = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-fh-eth0");
+    assert!(
+        endpoint.last().is_some_and(
+            |r| r.ends_with("-m comment --comment \"Drop if no profiles matched\" -j DROP")
+        ),
+        "{endpoint:#?}"
+    );
+    let dispatch = chain_text(
+        &compiled,
+        IpFamily::V4,
+        Table::Filter,
+        "npg-from-host-endpoint",
+    );
+    assert_eq!(dispatch.len(), 1);
+    assert!(
+        dispatch[0].ends_with("-i eth0 -g npg-fh-eth0"),
+        "{dispatch:#?}"
+    );
+    assert!(compiled.warnings.iter().any(|w| {
+        w.message
+            .contains("has no profile and no normal ingress policy")
+    }));
+}
+
+#[test]
+fn endpoints_of_other_nodes_are_not_enforced_but_their_addresses_are_selectable() {
+    let mut allow = tcp_port(PolicyAction::Allow, vec![Port::Single(10250)]);
+    allow.source.selector = Some(Selector::parse("role == 'master'").expect("selector"));
+    let model = Model {
+        policies: vec![policy("kubelet", 1.0, PolicyKind::PreDnat, vec![allow])],
+        host_endpoints: vec![HostEndpoint {
+            name: "master-eth0".into(),
+            labels: [("role".to_owned(), "master".to_owned())].into(),
+            node: "master".into(),
+            interface: EndpointInterface::Named("eth0".into()),
+            expected_ips: vec!["198.51.100.50".parse().expect("ip")],
+            ports: Vec::new(),
+            default_allow: false,
+            origin: Some(origin()),
+        }],
+        ..Model::default()
+    };
+    let compiled = compile(&model, &Config::default(), &host());
+    // This host has no endpoint of its own: the implicit one applies, with its allow profile.
+    let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
+    assert!(v4.table(Table::Filter).is_none());
+    let set = v4
+        .sets
+        .iter()
+        .find(|s| s.name.starts_with("npg4-s-"))
+        .expect("selector set");
+    assert_eq!(
+        set.members
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        vec!["198.51.100.50/32"]
+    );
+}
+
+#[test]
+fn ipv6_off_skips_the_family_and_says_so() {
+    let mut facts = host();
+    facts.ipv6 = false;
+    facts.ipv6_off_reason = Some("`/proc/sys/net/ipv6/conf/all/disable_ipv6` is 1".into());
+    let model = Model {
+        policies: vec![mission()],
+        ..Model::default()
+    };
+    let compiled = compile(&model, &Config::default(), &facts);
+    assert!(compiled.ruleset.family(IpFamily::V6).is_none());
+    assert!(
+        compiled
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("IPv6 rules are skipped"))
+    );
+}
