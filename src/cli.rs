@@ -1,8 +1,199 @@
-//! The command line.
+//! The command line: what users type, parsed by clap. `app` does the work.
+//!
+//! The same definition generates the man page and shell completions (`nodeport-guard
+//! generate`), so they can never disagree with the binary.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Runs the program.
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::BackendChoice;
+
+/// Source-IP whitelists for NodePorts, docker published ports and host services, from
+/// Calico-shaped policy files.
+#[derive(Debug, Parser)]
+#[command(name = "nodeport-guard", version, about, long_about = None, max_term_width = 100)]
+pub struct Cli {
+    /// Global options.
+    #[command(flatten)]
+    pub global: GlobalOptions,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalOptions {
+    /// Config file (a missing file means all defaults)
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "NODEPORT_GUARD_CONFIG"
+    )]
+    pub config: Option<PathBuf>,
+    /// Policy directory [default: `policiesDir` from the config, else /etc/nodeport-guard/policies]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "NODEPORT_GUARD_POLICIES"
+    )]
+    pub policies: Option<PathBuf>,
+    /// Which program writes the rules [default: `backend` from the config, else auto]
+    #[arg(long, global = true, value_enum, value_name = "BACKEND")]
+    pub backend: Option<BackendArg>,
+    /// More log detail (-v info, -vv debug, -vvv trace); RUST_LOG overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Log format on stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Where runtime state lives: the daemon's lock, pending confirmations, the daemon status
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "NODEPORT_GUARD_STATE_DIR",
+        default_value = "/run/nodeport-guard"
+    )]
+    pub state_dir: PathBuf,
+}
+
+/// `--backend` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// Use what the host already uses
+    Auto,
+    /// iptables-legacy-restore, ip6tables-legacy-restore, ipset
+    IptablesLegacy,
+    /// iptables-nft-restore, ip6tables-nft-restore, ipset
+    IptablesNft,
+    /// nft -f (native nftables)
+    Nftables,
+}
+
+impl From<BackendArg> for BackendChoice {
+    fn from(arg: BackendArg) -> BackendChoice {
+        match arg {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::IptablesLegacy => BackendChoice::IptablesLegacy,
+            BackendArg::IptablesNft => BackendChoice::IptablesNft,
+            BackendArg::Nftables => BackendChoice::Nftables,
+        }
+    }
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines
+    Text,
+    /// One JSON object per line, for log collectors
+    Json,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Parse and validate policy files or directories (default: the policy directory); no root,
+    /// no kernel. Exit 0 valid, 1 invalid. Usable as confd's `check_cmd`.
+    Validate {
+        /// Files or directories to check
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the desired state in the backend's load syntax (ipset restore and
+    /// iptables-restore text, or an nft script); reads no firewall state.
+    Render,
+    /// Show what `apply` would change: a diff per chain and set, warnings, a summary.
+    Plan {
+        /// Exit 0 when there is nothing to change, 2 when there are changes, 1 on error
+        #[arg(long)]
+        detailed_exitcode: bool,
+        /// Print the plan as JSON
+        #[arg(long)]
+        json: bool,
+        /// Save the plan to FILE for `apply FILE`
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Apply the policies atomically (asks first on a terminal).
+    Apply {
+        /// Do not ask
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Roll back unless `nodeport-guard confirm` runs within SECS seconds
+        #[arg(long, value_name = "SECS")]
+        confirm_timeout: Option<u64>,
+        /// Apply exactly this saved plan (from `plan --out`), refusing if it is stale
+        #[arg(value_name = "PLANFILE")]
+        plan_file: Option<PathBuf>,
+    },
+    /// Confirm a pending `apply --confirm-timeout`.
+    Confirm,
+    /// Run as a daemon: apply, watch the policy directory, repair drift.
+    Run,
+    /// Packets and bytes matched per policy rule, from the kernel counters.
+    Status {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every chain, jump and set nodeport-guard owns.
+    Cleanup {
+        /// Do not ask
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Print the JSON Schema of the policy files.
+    Schema {
+        /// Print the config file's schema instead
+        #[arg(long)]
+        config_schema: bool,
+    },
+    /// Write the man page or shell completions (for packagers).
+    #[command(hide = true)]
+    Generate {
+        /// What to write
+        #[arg(value_enum)]
+        what: GenerateWhat,
+        /// Directory to write into
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out_dir: PathBuf,
+    },
+    /// Internal: the process that rolls back an unconfirmed apply.
+    #[command(hide = true, name = "__rollback-watch")]
+    RollbackWatch {
+        /// The pending apply's id
+        id: String,
+    },
+}
+
+/// What `generate` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GenerateWhat {
+    /// nodeport-guard.1
+    Man,
+    /// bash, zsh and fish completions
+    Completions,
+}
+
+/// Parses the command line and runs the command. Usage errors exit 1 like every other error
+/// (`--help` and `--version` exit 0).
 pub fn main() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    crate::app::main(cli)
 }

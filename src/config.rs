@@ -206,6 +206,7 @@ impl Default for Config {
 /// The config file as written.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "Config")]
 pub struct RawConfig {
     /// The policy directory.
     pub policies_dir: Option<Sp<String>>,
@@ -244,6 +245,7 @@ pub struct RawConfig {
 /// A failsafe entry as written.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "Failsafe")]
 pub struct RawFailsafe {
     /// `tcp`, `udp` or `sctp`.
     pub protocol: Option<Sp<String>>,

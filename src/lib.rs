@@ -8,6 +8,7 @@
 //! kernel ──observe──▶ Observed ──plan(desired, observed)──▶ Plan ──apply──▶ kernel
 //! ```
 
+pub mod app;
 pub mod cli;
 pub mod compile;
 pub mod config;
@@ -18,7 +19,9 @@ pub mod marks;
 pub mod model;
 pub mod render;
 pub mod ruleset;
+pub mod schema;
 pub mod selector;
 pub mod source;
 pub mod spec;
+pub mod system;
 pub mod validate;

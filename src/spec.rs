@@ -102,6 +102,7 @@ pub type Rejected = Option<Sp<IgnoredAny>>;
 /// `metadata` of a resource.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "Metadata")]
 pub struct RawMetadata {
     /// The resource's name: an RFC 1123 subdomain (lowercase letters, digits, `-`, `.`).
     pub name: Option<Sp<String>>,
@@ -126,6 +127,7 @@ pub struct RawMetadata {
 /// `spec` of a `GlobalNetworkPolicy`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "GlobalNetworkPolicySpec")]
 pub struct RawPolicySpec {
     /// Only the `default` tier exists here.
     pub tier: Option<Sp<String>>,
@@ -161,6 +163,7 @@ pub struct RawPolicySpec {
 /// One rule of a policy.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "Rule")]
 pub struct RawRule {
     /// `Allow`, `Deny`, `Pass` or `Log`.
     pub action: Option<Sp<String>>,
@@ -190,6 +193,7 @@ pub struct RawRule {
 /// `metadata` of a rule.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "RuleMetadata")]
 pub struct RawRuleMetadata {
     /// Free-form annotations, shown in rule comments.
     pub annotations: Option<Sp<BTreeMap<Sp<String>, Sp<String>>>>,
@@ -198,6 +202,7 @@ pub struct RawRuleMetadata {
 /// `source` or `destination` of a rule.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "EntityRule")]
 pub struct RawEntityRule {
     /// CIDRs the address must be in (any of them).
     pub nets: Option<Sp<Vec<Sp<String>>>>,
@@ -229,6 +234,7 @@ pub struct RawEntityRule {
 /// `icmp` / `notICMP` of a rule.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "Icmp")]
 pub struct RawIcmp {
     /// ICMP type, 0–254.
     #[serde(rename = "type")]
@@ -240,6 +246,7 @@ pub struct RawIcmp {
 /// `spec` of a `GlobalNetworkSet`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "GlobalNetworkSetSpec")]
 pub struct RawNetworkSetSpec {
     /// The networks (CIDRs or single addresses) in the set.
     pub nets: Option<Sp<Vec<Sp<String>>>>,
@@ -248,6 +255,7 @@ pub struct RawNetworkSetSpec {
 /// `spec` of a `HostEndpoint`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "HostEndpointSpec")]
 pub struct RawHostEndpointSpec {
     /// The node this endpoint belongs to; only endpoints of this host are enforced here.
     pub node: Option<Sp<String>>,
@@ -266,6 +274,7 @@ pub struct RawHostEndpointSpec {
 /// A named port of a host endpoint.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "EndpointPort")]
 pub struct RawEndpointPort {
     /// The name rules use.
     pub name: Option<Sp<String>>,
