@@ -171,7 +171,22 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::Validate { paths } => Ok(validate_command(&settings, paths)),
         Command::Render => render_command(&settings),
-        other => anyhow::bail!("`{other:?}` is not available yet"),
+        Command::Plan {
+            detailed_exitcode,
+            json,
+            out,
+        } => crate::ops::plan_command(&settings, *detailed_exitcode, *json, out.as_deref()),
+        Command::Apply {
+            yes,
+            confirm_timeout,
+            plan_file,
+        } => crate::ops::apply_command(&settings, *yes, *confirm_timeout, plan_file.as_deref()),
+        Command::Confirm => crate::ops::confirm_command(&settings),
+        Command::Cleanup { yes } => crate::ops::cleanup_command(&settings, *yes),
+        Command::Status { json } => crate::ops::status_command(&settings, *json),
+        Command::RollbackWatch { id } => crate::ops::rollback_watch(&settings.state_dir, id),
+        Command::Run => crate::daemon::run(settings),
+        Command::Schema { .. } | Command::Generate { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -379,9 +379,11 @@ pub enum SetMember {
 }
 
 impl fmt::Display for SetMember {
-    /// The member as `ipset add` writes it.
+    /// The member as `ipset save` prints it (a network of one address without its `/32` or
+    /// `/128`), so desired and observed members compare equal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            SetMember::Net(net) if net.prefix_len() == net.max_prefix_len() => write!(f, "{}", net.addr()),
             SetMember::Net(net) => write!(f, "{net}"),
             SetMember::Ip(ip) => write!(f, "{ip}"),
             SetMember::IpPort(ip, protocol, port) => {

@@ -454,7 +454,7 @@ fn endpoints_of_other_nodes_are_not_enforced_but_their_addresses_are_selectable(
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
-        vec!["198.51.100.50/32"]
+        vec!["198.51.100.50"]
     );
 }
 

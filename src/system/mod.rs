@@ -2,3 +2,4 @@
 //! files under `/run`. Nothing outside this module (and the daemon) does IO on the kernel.
 
 pub mod host;
+pub mod runtime;

@@ -1,0 +1,254 @@
+//! Prometheus metrics and the health endpoint, served when `metricsAddress` is set.
+//!
+//! The server is a few lines over tokio's `TcpListener`: it answers `GET /metrics` and
+//! `GET /healthz` and nothing else, which does not justify a web framework.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpListener;
+
+/// Kernel counters of one policy rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleCounter {
+    /// Policy name.
+    pub policy: String,
+    /// `ingress` or `egress`.
+    pub direction: String,
+    /// Rule index.
+    pub rule: usize,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// Everything the daemon reports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Reloads that applied (or found nothing to change).
+    pub reloads_ok: u64,
+    /// Reloads that failed: invalid policies or a failed apply.
+    pub reloads_failed: u64,
+    /// Reloads refused because the policy set became empty.
+    pub reloads_refused: u64,
+    /// Resyncs that found and repaired drift.
+    pub drift_repairs: u64,
+    /// Seconds since the epoch of the last successful apply.
+    pub last_apply_timestamp: u64,
+    /// Duration of the last apply.
+    pub last_apply_seconds: f64,
+    /// Sum and count of apply durations.
+    pub apply_seconds_sum: f64,
+    /// Number of applies.
+    pub apply_count: u64,
+    /// Policies in the applied set.
+    pub policies: usize,
+    /// Kernel rules we own.
+    pub rules: usize,
+    /// Members over all our sets.
+    pub set_members: usize,
+    /// Whether the policy files are currently invalid (the last good set is kept).
+    pub policy_files_invalid: bool,
+    /// When the loop last went round, for the health check.
+    pub heartbeat: Option<Instant>,
+}
+
+/// Metrics shared between the loop and the server.
+pub type Shared = Arc<Mutex<Metrics>>;
+
+/// Renders the Prometheus text format.
+pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in lines {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    metric(
+        "nodeport_guard_reloads_total",
+        "counter",
+        "Policy reloads by result.",
+        &[
+            ("{result=\"ok\"}".into(), metrics.reloads_ok.to_string()),
+            ("{result=\"failed\"}".into(), metrics.reloads_failed.to_string()),
+            ("{result=\"refused\"}".into(), metrics.reloads_refused.to_string()),
+        ],
+    );
+    metric(
+        "nodeport_guard_drift_repairs_total",
+        "counter",
+        "Resyncs that found rules changed by someone else and put them back.",
+        &[(String::new(), metrics.drift_repairs.to_string())],
+    );
+    metric(
+        "nodeport_guard_last_apply_timestamp_seconds",
+        "gauge",
+        "When the rules were last applied successfully.",
+        &[(String::new(), metrics.last_apply_timestamp.to_string())],
+    );
+    metric(
+        "nodeport_guard_apply_duration_seconds",
+        "summary",
+        "How long applying took (last value in the gauge, all in sum and count).",
+        &[
+            ("_sum".into(), format!("{:.6}", metrics.apply_seconds_sum)),
+            ("_count".into(), metrics.apply_count.to_string()),
+        ],
+    );
+    metric(
+        "nodeport_guard_last_apply_duration_seconds",
+        "gauge",
+        "How long the last apply took.",
+        &[(String::new(), format!("{:.6}", metrics.last_apply_seconds))],
+    );
+    metric(
+        "nodeport_guard_policies",
+        "gauge",
+        "Policies in the applied set.",
+        &[(String::new(), metrics.policies.to_string())],
+    );
+    metric(
+        "nodeport_guard_rules",
+        "gauge",
+        "Kernel rules nodeport-guard owns.",
+        &[(String::new(), metrics.rules.to_string())],
+    );
+    metric(
+        "nodeport_guard_set_members",
+        "gauge",
+        "Members over all sets nodeport-guard owns.",
+        &[(String::new(), metrics.set_members.to_string())],
+    );
+    metric(
+        "nodeport_guard_policy_files_invalid",
+        "gauge",
+        "1 when the policy files are invalid and the last good set is kept.",
+        &[(String::new(), u8::from(metrics.policy_files_invalid).to_string())],
+    );
+    let labels = |counter: &RuleCounter| {
+        format!(
+            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\"}}",
+            counter.policy, counter.direction, counter.rule
+        )
+    };
+    metric(
+        "nodeport_guard_rule_packets_total",
+        "counter",
+        "Packets matched by each policy rule (kernel counters).",
+        &counters
+            .iter()
+            .map(|c| (labels(c), c.packets.to_string()))
+            .collect::<Vec<_>>(),
+    );
+    metric(
+        "nodeport_guard_rule_bytes_total",
+        "counter",
+        "Bytes matched by each policy rule (kernel counters).",
+        &counters
+            .iter()
+            .map(|c| (labels(c), c.bytes.to_string()))
+            .collect::<Vec<_>>(),
+    );
+    out
+}
+
+/// Serves `/metrics` and `/healthz` on `listener`. `counters` reads the kernel counters (it
+/// runs programs, so it is called on a blocking thread); `stale_after` is how long the loop may
+/// be silent before `/healthz` says it is unhealthy.
+pub async fn serve<F>(listener: TcpListener, metrics: Shared, counters: F, stale_after: Duration)
+where
+    F: Fn() -> Vec<RuleCounter> + Send + Sync + Clone + 'static,
+{
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let first = String::from_utf8_lossy(&request);
+            let path = first.split_whitespace().nth(1).unwrap_or("/");
+            let (status, body) = match path {
+                "/metrics" => {
+                    let rules = tokio::task::spawn_blocking(counters).await.unwrap_or_default();
+                    let text = match metrics.lock() {
+                        Ok(metrics) => render(&metrics, &rules),
+                        Err(_) => String::new(),
+                    };
+                    ("200 OK", text)
+                }
+                "/healthz" => {
+                    let healthy = metrics
+                        .lock()
+                        .ok()
+                        .and_then(|m| m.heartbeat)
+                        .is_some_and(|beat| beat.elapsed() < stale_after);
+                    if healthy {
+                        ("200 OK", "ok\n".to_owned())
+                    } else {
+                        ("503 Service Unavailable", "the reconcile loop is not running\n".to_owned())
+                    }
+                }
+                _ => ("404 Not Found", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let metrics = Metrics {
+            reloads_ok: 3,
+            policies: 2,
+            ..Metrics::default()
+        };
+        let text = render(
+            &metrics,
+            &[RuleCounter {
+                policy: "p".into(),
+                direction: "ingress".into(),
+                rule: 1,
+                packets: 5,
+                bytes: 300,
+            }],
+        );
+        assert!(text.contains("# TYPE nodeport_guard_reloads_total counter\n"));
+        assert!(text.contains("nodeport_guard_reloads_total{result=\"ok\"} 3\n"));
+        assert!(text.contains("nodeport_guard_policies 2\n"));
+        assert!(text.contains("nodeport_guard_apply_duration_seconds_sum 0.000000\n"));
+        assert!(text.contains("nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\"} 5\n"));
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert_eq!(line.split(' ').count(), 2, "{line}");
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The daemon (`run`): one loop over one [`Event`] enum.
+//!
+//! Design goals, in order:
+//! 1. Never apply a broken or accidentally empty policy set: keep the last good rules and say
+//!    why, loudly.
+//! 2. Never leave a gap: every change is one reconcile (atomic per table), and a failed apply
+//!    puts the previous rules back.
+//! 3. Pick up every change to the files within a second (debounced), and put back within
+//!    `resyncInterval` what another program removed.
+//! 4. Cost nothing at rest: the loop sleeps until an event, a signal or the resync timer.
+//!
+//! The reconciler is level-triggered: whatever woke the loop, it re-reads the files and the
+//! kernel and applies the difference. A change that leaves the files' content and the host's
+//! addresses the same does not even read the kernel.
+
+pub mod metrics;
+pub mod netlink;
+pub mod watch;
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::app::{PolicySet, Settings, load_policies};
+use crate::compile;
+use crate::dataplane::{Backend, Dataplane, SystemRunner};
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model};
+use crate::ops::{desired_state, families, origin_index, resolve_backend};
+use crate::reconcile;
+use crate::state::State;
+use crate::system::host::host_facts;
+use crate::system::runtime::{StateDir, now_seconds};
+
+/// Why the loop wakes up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Something in the policy directory changed.
+    PoliciesChanged,
+    /// SIGHUP: reload now.
+    Reload,
+    /// The resync timer: read the kernel back and repair drift.
+    Resync,
+    /// An address or link changed.
+    AddressesChanged,
+}
+
+/// What the last successful apply was made from.
+struct LastGood {
+    fingerprint: String,
+    facts: HostFacts,
+    model: Model,
+    desired: State,
+}
+
+struct Daemon {
+    settings: Settings,
+    backend: Backend,
+    runner: SystemRunner,
+    state_dir: StateDir,
+    metrics: metrics::Shared,
+    last_good: Option<LastGood>,
+    last_errors: Vec<String>,
+    summary: String,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
+pub fn run(settings: Settings) -> Result<ExitCode> {
+    let state_dir = StateDir::new(&settings.state_dir);
+    let _lock = state_dir
+        .lock("nodeport-guard run", false)
+        .context("refusing to start a second daemon")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the event loop")?;
+    runtime.block_on(run_loop(settings, state_dir))
+}
+
+async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
+    let runner = SystemRunner;
+    let backend = resolve_backend(settings.backend, &runner)?;
+    let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
+    let (sender, mut events) = mpsc::unbounded_channel();
+    let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, settings.config.debounce, sender.clone())
+        .context("cannot watch the policy directory")?;
+    let netlink = netlink::start(sender.clone());
+    if let Some(address) = settings.config.metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
+        let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
+        let counter_settings = settings.clone();
+        tokio::spawn(metrics::serve(
+            listener,
+            metrics.clone(),
+            move || read_counters(&counter_settings, backend),
+            stale_after,
+        ));
+        tracing::info!(%address, "serving /metrics and /healthz");
+    }
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+
+    let mut daemon = Daemon {
+        settings,
+        backend,
+        runner,
+        state_dir,
+        metrics,
+        last_good: None,
+        last_errors: Vec::new(),
+        summary: "starting".to_owned(),
+    };
+    tracing::info!(
+        %backend,
+        policies = %daemon.settings.config.policies_dir.display(),
+        resync = %humantime::format_duration(daemon.settings.config.resync_interval),
+        address_notifications = netlink,
+        "nodeport-guard daemon starting"
+    );
+    daemon.handle(Event::Resync);
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&daemon.summary),
+    ]);
+
+    let mut resync = tokio::time::interval(daemon.settings.config.resync_interval);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    resync.tick().await;
+    let watchdog_every = sd_notify::watchdog_enabled().map(|timeout| timeout / 2);
+    let mut watchdog = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(3600)));
+    // Addresses often change in bursts (an interface comes up with several); wait a moment.
+    let address_settle = Duration::from_millis(250);
+    let mut pending_addresses: Option<tokio::time::Instant> = None;
+
+    loop {
+        let address_deadline = pending_addresses;
+        tokio::select! {
+            Some(event) = events.recv() => {
+                if event == Event::AddressesChanged {
+                    pending_addresses.get_or_insert(tokio::time::Instant::now() + address_settle);
+                    continue;
+                }
+                // Coalesce whatever else queued up meanwhile into this one reload.
+                let mut addresses = false;
+                while let Ok(next) = events.try_recv() {
+                    addresses |= next == Event::AddressesChanged;
+                }
+                if addresses {
+                    pending_addresses.get_or_insert(tokio::time::Instant::now() + address_settle);
+                }
+                watcher.refresh();
+                daemon.handle(event);
+            }
+            () = async { if let Some(deadline) = address_deadline { tokio::time::sleep_until(deadline).await } else { std::future::pending::<()>().await } } => {
+                pending_addresses = None;
+                daemon.handle(Event::AddressesChanged);
+            }
+            _ = hangup.recv() => {
+                tracing::info!("SIGHUP: reloading");
+                watcher.refresh();
+                daemon.handle(Event::Reload);
+            }
+            _ = resync.tick() => daemon.handle(Event::Resync),
+            _ = watchdog.tick(), if watchdog_every.is_some() => {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            }
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!("stopping; the rules stay in place");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCounter> {
+    let runner = SystemRunner;
+    let dataplane = Dataplane {
+        backend,
+        runner: &runner,
+        families: IpFamily::BOTH.to_vec(),
+    };
+    let state_dir = StateDir::new(&settings.state_dir);
+    let (Ok(observed), Ok(Some(index))) = (dataplane.observe(), state_dir.applied()) else {
+        return Vec::new();
+    };
+    let mut totals: std::collections::BTreeMap<(String, String, usize), (u64, u64)> = Default::default();
+    for entry in &index.origins {
+        let key = crate::state::TableKey {
+            family: entry.family,
+            table: entry.table,
+        };
+        let counters = observed
+            .tables
+            .get(&key)
+            .and_then(|table| table.chains.get(&entry.chain))
+            .and_then(|rules| rules.iter().find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str())))
+            .and_then(|rule| rule.counters)
+            .unwrap_or_default();
+        let total = totals
+            .entry((entry.origin.policy.clone(), entry.origin.direction.to_string(), entry.origin.rule_index))
+            .or_default();
+        total.0 += counters.packets;
+        total.1 += counters.bytes;
+    }
+    totals
+        .into_iter()
+        .map(|((policy, direction, rule), (packets, bytes))| metrics::RuleCounter {
+            policy,
+            direction,
+            rule,
+            packets,
+            bytes,
+        })
+        .collect()
+}
+
+impl Daemon {
+    fn dataplane(&self, families: Vec<IpFamily>) -> Dataplane<'_> {
+        Dataplane {
+            backend: self.backend,
+            runner: &self.runner,
+            families,
+        }
+    }
+
+    /// Reads the policy directory, as a policy set. A missing directory reads as an empty set
+    /// (a ConfigMap or confd glitch), which the empty-set guard then catches.
+    fn read_policies(&self) -> PolicySet {
+        load_policies(std::slice::from_ref(&self.settings.config.policies_dir))
+    }
+
+    fn handle(&mut self, event: Event) {
+        let started = Instant::now();
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.heartbeat = Some(Instant::now());
+        }
+        let set = self.read_policies();
+        let facts = host_facts(&self.settings.config);
+        if !set.is_valid() {
+            self.invalid(&set, event, &facts);
+            return;
+        }
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.policy_files_invalid = false;
+        }
+        self.last_errors.clear();
+        if set.model.is_empty() && !self.settings.config.allow_empty && self.would_remove_protection() {
+            if let Ok(mut metrics) = self.metrics.lock() {
+                metrics.reloads_refused += 1;
+            }
+            tracing::error!(
+                dir = %self.settings.config.policies_dir.display(),
+                "the policy directory holds no policy at all; keeping the rules in place instead of removing all protection (set `allowEmpty: true` to allow this)"
+            );
+            self.summary = "refusing an empty policy set; keeping the last rules".to_owned();
+            self.last_errors = vec!["the policy directory holds no policy; the previous rules are kept (allowEmpty is false)".to_owned()];
+            self.write_status();
+            self.repair_with_last_good(event, &facts);
+            return;
+        }
+        let unchanged = self
+            .last_good
+            .as_ref()
+            .is_some_and(|good| good.fingerprint == set.fingerprint && good.facts == facts);
+        if unchanged && matches!(event, Event::PoliciesChanged | Event::AddressesChanged) {
+            tracing::debug!(?event, "policies and addresses unchanged; nothing to do");
+            return;
+        }
+        let compiled = compile::compile(&set.model, &self.settings.config, &facts);
+        let desired = desired_state(&compiled.ruleset, self.backend);
+        let dataplane = self.dataplane(families(&compiled.ruleset));
+        match reconcile::reconcile(&dataplane, &desired) {
+            Ok(outcome) => {
+                let summary = outcome.summary();
+                let changed = !outcome.plan.is_empty();
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.reloads_ok += u64::from(event != Event::Resync || changed);
+                    if event == Event::Resync && changed && self.last_good.is_some() {
+                        metrics.drift_repairs += 1;
+                    }
+                    if changed {
+                        metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
+                        metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
+                        metrics.apply_count += 1;
+                    }
+                    if changed || metrics.last_apply_timestamp == 0 {
+                        metrics.last_apply_timestamp = now_seconds();
+                    }
+                    metrics.policies = set.model.policies.len();
+                    metrics.rules = desired.tables.values().flat_map(|t| t.chains.values()).map(Vec::len).sum();
+                    metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
+                }
+                if event == Event::Resync && changed && self.last_good.is_some() {
+                    tracing::warn!(
+                        changes = %summary.line(),
+                        what = %describe(&outcome.plan),
+                        "drift repaired: another program changed nodeport-guard's rules"
+                    );
+                } else if changed {
+                    tracing::info!(
+                        ?event,
+                        policies = set.model.policies.len(),
+                        changes = %summary.line(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "applied"
+                    );
+                } else {
+                    tracing::info!(?event, policies = set.model.policies.len(), elapsed_ms = started.elapsed().as_millis() as u64, "no changes needed");
+                }
+                for warning in &compiled.warnings {
+                    tracing::debug!(warning = %warning.message, "plan note");
+                }
+                let _ = self.state_dir.set_applied(&origin_index(&compiled.ruleset));
+                self.summary = format!(
+                    "{} policies applied with {}; last change {}",
+                    set.model.policies.len(),
+                    self.backend,
+                    if changed { "now" } else { "earlier" }
+                );
+                self.last_good = Some(LastGood {
+                    fingerprint: set.fingerprint,
+                    facts,
+                    model: set.model,
+                    desired,
+                });
+            }
+            Err(error) => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.reloads_failed += 1;
+                }
+                tracing::error!(%error, ?event, "applying the policies failed");
+                self.summary = format!("apply failed: {error}");
+                self.last_errors = vec![error.to_string()];
+            }
+        }
+        self.write_status();
+    }
+
+    /// Whether an empty policy set would take protection away: some was applied, or the kernel
+    /// holds rules of ours (from before a restart).
+    fn would_remove_protection(&self) -> bool {
+        if self.last_good.as_ref().is_some_and(|good| !good.model.is_empty()) {
+            return true;
+        }
+        let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
+        dataplane.observe().map(|state| !state.is_empty()).unwrap_or(true)
+    }
+
+    fn invalid(&mut self, set: &PolicySet, event: Event, facts: &HostFacts) {
+        let errors: Vec<String> = set
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.headline(&set.sources))
+            .collect();
+        let fresh = errors != self.last_errors;
+        if fresh {
+            for error in &errors {
+                tracing::error!("{error}");
+            }
+            tracing::error!(
+                errors = errors.len(),
+                "the policy files are invalid; nothing of them is applied and the last good rules stay"
+            );
+            if let Ok(mut metrics) = self.metrics.lock() {
+                metrics.reloads_failed += 1;
+            }
+        }
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.policy_files_invalid = true;
+        }
+        self.summary = format!("policy files invalid ({} errors); keeping the last good rules", errors.len());
+        self.last_errors = errors;
+        self.write_status();
+        self.repair_with_last_good(event, facts);
+    }
+
+    /// On resync, keeps the last good rules in place even while the files are unusable.
+    fn repair_with_last_good(&mut self, event: Event, facts: &HostFacts) {
+        if !matches!(event, Event::Resync | Event::AddressesChanged) {
+            return;
+        }
+        let Some(good) = &self.last_good else { return };
+        let desired = if &good.facts == facts {
+            good.desired.clone()
+        } else {
+            let compiled = compile::compile(&good.model, &self.settings.config, facts);
+            desired_state(&compiled.ruleset, self.backend)
+        };
+        let families: Vec<IpFamily> = if facts.ipv6 { IpFamily::BOTH.to_vec() } else { vec![IpFamily::V4] };
+        let dataplane = self.dataplane(families);
+        match reconcile::reconcile(&dataplane, &desired) {
+            Ok(outcome) if !outcome.plan.is_empty() => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.drift_repairs += 1;
+                }
+                tracing::warn!(changes = %outcome.summary().line(), what = %describe(&outcome.plan), "drift repaired with the last good rules");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "repairing drift failed"),
+        }
+    }
+
+    fn write_status(&self) {
+        let status = serde_json::json!({
+            "pid": std::process::id(),
+            "backend": self.backend,
+            "summary": self.summary,
+            "lastErrors": self.last_errors,
+            "updatedAt": now_seconds(),
+        });
+        if let Err(error) = self.state_dir.set_daemon_status(&status) {
+            tracing::debug!(%error, "cannot write the daemon status file");
+        }
+    }
+}
+
+/// What a plan touches, in a few words for a log line.
+fn describe(plan: &crate::plan::Plan) -> String {
+    let mut parts = Vec::new();
+    for table in &plan.tables {
+        for chain in &table.chains {
+            parts.push(format!("{:?} chain {} ({})", chain.action, chain.name, table.key).to_lowercase());
+        }
+        for hook in &table.hooks {
+            parts.push(format!("{} ({})", hook.reason, table.key));
+        }
+    }
+    for set in &plan.sets {
+        parts.push(format!("{:?} set {} (+{} -{})", set.action, set.name, set.add.len(), set.remove.len()).to_lowercase());
+    }
+    parts.join("; ")
+}

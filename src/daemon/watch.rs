@@ -1,0 +1,108 @@
+//! Watching the policy directory. The watcher only sends events; the daemon's loop reloads.
+//!
+//! The directory is watched without recursion, and so is its parent, so that removing and
+//! recreating the directory (or swapping it for another) is seen too. Every way files change
+//! in practice ends in an event for a policy file name or for `..data`: an in-place write, an
+//! editor's write-to-temp-then-rename, confd's hidden temp file renamed into place, kubelet's
+//! `..data_tmp` symlink renamed over `..data`. An overflowing event queue arrives as a rescan
+//! request. Any of these makes the loop re-read everything; the content hash then decides
+//! whether anything changed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Event;
+use crate::load::is_policy_file_name;
+
+/// Whether an event on `path` can change the policy set in `dir`.
+pub fn is_relevant(path: &Path, dir: &Path) -> bool {
+    if path == dir {
+        return true;
+    }
+    match (path.parent(), path.file_name().and_then(|name| name.to_str())) {
+        (Some(parent), Some(name)) if parent == dir => {
+            is_policy_file_name(name) || name == "..data"
+        }
+        _ => false,
+    }
+}
+
+/// The policy directory watcher.
+pub struct DirectoryWatcher {
+    debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    dir: PathBuf,
+    parent: Option<PathBuf>,
+}
+
+impl DirectoryWatcher {
+    /// Starts watching `dir` (and its parent), sending [`Event::PoliciesChanged`] after
+    /// `debounce` of quiet.
+    pub fn start(dir: &Path, debounce: Duration, events: UnboundedSender<Event>) -> notify::Result<Self> {
+        let watched_dir = dir.to_path_buf();
+        let handler = move |result: DebounceEventResult| match result {
+            Ok(batch) => {
+                let relevant = batch.iter().any(|event| {
+                    event.need_rescan() || event.paths.iter().any(|path| is_relevant(path, &watched_dir))
+                });
+                if relevant {
+                    let _ = events.send(Event::PoliciesChanged);
+                }
+            }
+            Err(errors) => {
+                for error in errors {
+                    tracing::warn!(%error, "watching the policy directory failed; re-reading it");
+                }
+                let _ = events.send(Event::PoliciesChanged);
+            }
+        };
+        // Ticks faster than the debounce keep the added latency small.
+        let tick = (debounce / 4).max(Duration::from_millis(10));
+        let debouncer = new_debouncer(debounce, Some(tick), handler)?;
+        let parent = dir.parent().map(Path::to_path_buf).filter(|p| !p.as_os_str().is_empty());
+        let mut watcher = DirectoryWatcher {
+            debouncer,
+            dir: dir.to_path_buf(),
+            parent,
+        };
+        if let Some(parent) = &watcher.parent {
+            if let Err(error) = watcher.debouncer.watch(parent, RecursiveMode::NonRecursive) {
+                tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
+            }
+        }
+        watcher.refresh();
+        Ok(watcher)
+    }
+
+    /// Re-establishes the watch on the directory: after it was removed and recreated the old
+    /// watch is gone. Called before every reload, so nothing written after it is missed.
+    pub fn refresh(&mut self) {
+        let _ = self.debouncer.unwatch(&self.dir);
+        if self.dir.is_dir() {
+            if let Err(error) = self.debouncer.watch(&self.dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_policy_files_and_configmap_swaps_are_relevant() {
+        let dir = Path::new("/etc/nodeport-guard/policies");
+        assert!(is_relevant(&dir.join("a.yaml"), dir));
+        assert!(is_relevant(&dir.join("..data"), dir));
+        assert!(is_relevant(dir, dir));
+        assert!(!is_relevant(&dir.join(".a.yaml.swp"), dir));
+        assert!(!is_relevant(&dir.join("4913"), dir));
+        assert!(!is_relevant(&dir.join(".a.yaml123456"), dir));
+        assert!(!is_relevant(Path::new("/etc/nodeport-guard/config.yaml"), dir));
+        assert!(!is_relevant(&dir.join("sub/a.yaml"), dir));
+    }
+}

@@ -1,0 +1,129 @@
+//! Choosing the iptables backend with `--backend auto`: the one the host already uses.
+//!
+//! Rules in iptables-legacy and iptables-nft live in separate kernel subsystems; a jump
+//! inserted with the wrong one runs before or after everything in the other, whatever its
+//! position. So, as kube-proxy's iptables-wrapper and Felix do:
+//! 1. where our own chains already are, stay;
+//! 2. where kubelet left its hint chains (`KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY`), go;
+//! 3. else where more rules are;
+//! 4. on a tie, what the system's `iptables` command is.
+
+use super::{Backend, Runner};
+use crate::model::IpFamily;
+
+/// What one backend's save shows, for the decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// It holds a chain of ours.
+    pub ours: bool,
+    /// It holds kubelet's hint chains.
+    pub kubelet_hint: bool,
+    /// How many rules it holds.
+    pub rules: usize,
+    /// Its save program ran.
+    pub available: bool,
+}
+
+/// Reads the evidence from save output. Pure.
+pub fn evidence(save_output: &str) -> Evidence {
+    Evidence {
+        ours: save_output
+            .lines()
+            .any(|line| line.starts_with(":npg-") || line.contains(" -j npg-")),
+        kubelet_hint: save_output.contains("KUBE-IPTABLES-HINT")
+            || save_output.contains("KUBE-KUBELET-CANARY"),
+        rules: save_output.lines().filter(|line| line.starts_with("-A ")).count(),
+        available: true,
+    }
+}
+
+/// Decides from the evidence. Pure.
+pub fn decide(legacy: Evidence, nft: Evidence, system_default: Backend) -> (Backend, &'static str) {
+    match (legacy.available, nft.available) {
+        (true, false) => return (Backend::IptablesLegacy, "only iptables-legacy is installed"),
+        (false, true) => return (Backend::IptablesNft, "only iptables-nft is installed"),
+        _ => {}
+    }
+    if nft.ours != legacy.ours {
+        return if nft.ours {
+            (Backend::IptablesNft, "our rules are already in iptables-nft")
+        } else {
+            (Backend::IptablesLegacy, "our rules are already in iptables-legacy")
+        };
+    }
+    if nft.kubelet_hint != legacy.kubelet_hint {
+        return if nft.kubelet_hint {
+            (Backend::IptablesNft, "kubelet uses iptables-nft")
+        } else {
+            (Backend::IptablesLegacy, "kubelet uses iptables-legacy")
+        };
+    }
+    if nft.rules != legacy.rules {
+        return if nft.rules > legacy.rules {
+            (Backend::IptablesNft, "iptables-nft holds more rules")
+        } else {
+            (Backend::IptablesLegacy, "iptables-legacy holds more rules")
+        };
+    }
+    (system_default, "the system's `iptables` command uses it")
+}
+
+/// Detects the backend the host uses.
+pub fn detect(runner: &dyn Runner) -> (Backend, String) {
+    let gather = |backend: Backend| {
+        let mut total = Evidence::default();
+        for family in IpFamily::BOTH {
+            let (save, _) = super::iptables::programs(backend, family);
+            if let Ok(output) = runner.run(save, &[], None) {
+                if output.success {
+                    let found = evidence(&output.stdout);
+                    total.available = true;
+                    total.ours |= found.ours;
+                    total.kubelet_hint |= found.kubelet_hint;
+                    total.rules += found.rules;
+                }
+            }
+        }
+        total
+    };
+    let legacy = gather(Backend::IptablesLegacy);
+    let nft = gather(Backend::IptablesNft);
+    let system_default = match runner.run("iptables", &["--version"], None) {
+        Ok(output) if output.stdout.contains("legacy") => Backend::IptablesLegacy,
+        _ => Backend::IptablesNft,
+    };
+    let (backend, reason) = decide(legacy, nft, system_default);
+    (backend, reason.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(ours: bool, kubelet_hint: bool, rules: usize) -> Evidence {
+        Evidence {
+            ours,
+            kubelet_hint,
+            rules,
+            available: true,
+        }
+    }
+
+    #[test]
+    fn our_own_rules_win_then_kubelet_then_rule_count_then_the_system() {
+        let nft_default = Backend::IptablesNft;
+        assert_eq!(decide(seen(true, false, 0), seen(false, true, 99), nft_default).0, Backend::IptablesLegacy);
+        assert_eq!(decide(seen(false, true, 0), seen(false, false, 99), nft_default).0, Backend::IptablesLegacy);
+        assert_eq!(decide(seen(false, false, 3), seen(false, false, 2), nft_default).0, Backend::IptablesLegacy);
+        assert_eq!(decide(seen(false, false, 2), seen(false, false, 3), Backend::IptablesLegacy).0, Backend::IptablesNft);
+        assert_eq!(decide(seen(false, false, 0), seen(false, false, 0), nft_default).0, Backend::IptablesNft);
+        let missing = Evidence::default();
+        assert_eq!(decide(missing, seen(false, false, 0), Backend::IptablesLegacy).0, Backend::IptablesNft);
+    }
+
+    #[test]
+    fn evidence_reads_save_output() {
+        let found = evidence("*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n:npg-PREROUTING - [0:0]\n-A PREROUTING -j npg-PREROUTING\nCOMMIT\n");
+        assert_eq!(found, seen(true, true, 1));
+    }
+}

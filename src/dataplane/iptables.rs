@@ -1,0 +1,264 @@
+//! The iptables backends (legacy and nft): reading with `iptables-save -c` and `ipset save`,
+//! writing with one `ipset restore` and one `iptables-restore --noflush` per table and family.
+//!
+//! The scripts are built by pure functions ([`ipset_script`], [`table_script`]) so they are
+//! unit-tested as text; the kernel tests check what they do.
+
+use std::fmt::Write as _;
+
+use super::{Backend, Dataplane, DataplaneError, run_checked};
+use crate::model::IpFamily;
+use crate::plan::{ChainAction, Plan, SetAction, TablePlan};
+use crate::render::ipset::{family_option, MAX_ELEMENTS};
+use crate::state::State;
+
+/// How long restore waits for the xtables lock another program holds, in seconds.
+pub const LOCK_WAIT_SECONDS: &str = "60";
+
+/// The save and restore programs of a backend and family.
+pub fn programs(backend: Backend, family: IpFamily) -> (&'static str, &'static str) {
+    match (backend, family) {
+        (Backend::IptablesLegacy, IpFamily::V4) => ("iptables-legacy-save", "iptables-legacy-restore"),
+        (Backend::IptablesLegacy, IpFamily::V6) => ("ip6tables-legacy-save", "ip6tables-legacy-restore"),
+        (Backend::IptablesNft, IpFamily::V4) => ("iptables-nft-save", "iptables-nft-restore"),
+        (Backend::IptablesNft, IpFamily::V6) => ("ip6tables-nft-save", "ip6tables-nft-restore"),
+    }
+}
+
+/// Reads our chains, jumps and sets.
+pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+    let mut state = State::default();
+    for family in IpFamily::BOTH {
+        let (save, _) = programs(dataplane.backend, family);
+        match run_checked(dataplane.runner, save, &["-c"], None) {
+            Ok(output) => crate::observe::parse_iptables_save(&output.stdout, family, &mut state)?,
+            // A kernel without IPv6 has no ip6tables tables; nothing of ours can be there.
+            Err(error) if !dataplane.families.contains(&family) => {
+                tracing::debug!(%error, "cannot read {family} rules; IPv6 is off, skipping");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    let sets = run_checked(dataplane.runner, "ipset", &["save"], None)?;
+    crate::observe::parse_ipset_save(&sets.stdout, &mut state);
+    Ok(state)
+}
+
+/// Applies a plan.
+pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneError> {
+    let sets = ipset_script(plan);
+    if !sets.is_empty() {
+        run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
+    }
+    for table in &plan.tables {
+        let (_, restore) = programs(dataplane.backend, table.key.family);
+        let script = table_script(table);
+        let started = std::time::Instant::now();
+        let output = run_checked(
+            dataplane.runner,
+            restore,
+            &["--noflush", "--wait", LOCK_WAIT_SECONDS],
+            Some(&script),
+        )?;
+        if output.stderr.contains("lock") {
+            tracing::warn!(
+                table = %table.key,
+                waited_ms = started.elapsed().as_millis() as u64,
+                "waited for the xtables lock another program held: {}",
+                output.stderr.trim()
+            );
+        }
+    }
+    let destroy = ipset_destroy_script(plan);
+    if !destroy.is_empty() {
+        run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
+    }
+    Ok(())
+}
+
+/// The temporary name a set is rebuilt under before it is swapped in.
+pub fn temporary_set_name(name: &str) -> String {
+    let digest = crate::compile::names::hash(name);
+    format!("npg-tmp-{}", &digest[..20])
+}
+
+/// `ipset restore` input creating and updating sets. New members are added before old ones are
+/// removed, so a member that stays in a network's whitelist never drops out on the way.
+pub fn ipset_script(plan: &Plan) -> String {
+    let mut out = String::new();
+    for set in &plan.sets {
+        let create = |name: &str| {
+            format!(
+                "create {name} {} family {} maxelem {MAX_ELEMENTS}\n",
+                set.kind,
+                family_option(set.family)
+            )
+        };
+        match set.action {
+            SetAction::Create => {
+                out.push_str(&create(&set.name));
+                for member in &set.add {
+                    let _ = writeln!(out, "add {} {member}", set.name);
+                }
+            }
+            SetAction::Update => {
+                for member in &set.add {
+                    let _ = writeln!(out, "add {} {member} -exist", set.name);
+                }
+                for member in &set.remove {
+                    let _ = writeln!(out, "del {} {member} -exist", set.name);
+                }
+            }
+            SetAction::Recreate => {
+                // Swap needs the same type and family; when they differ, the set still in use
+                // cannot be replaced in place and this fails loudly rather than leaving a gap.
+                let temporary = temporary_set_name(&set.name);
+                let _ = writeln!(out, "destroy {temporary} -exist");
+                out.push_str(&create(&temporary));
+                for member in &set.add {
+                    let _ = writeln!(out, "add {temporary} {member}");
+                }
+                let _ = writeln!(out, "swap {temporary} {}", set.name);
+                let _ = writeln!(out, "destroy {temporary}");
+            }
+            SetAction::Delete => {}
+        }
+    }
+    out
+}
+
+/// `ipset restore` input destroying the sets no rule uses any more (run after the tables).
+pub fn ipset_destroy_script(plan: &Plan) -> String {
+    plan.sets
+        .iter()
+        .filter(|set| set.action == SetAction::Delete)
+        .map(|set| format!("destroy {}\n", set.name))
+        .collect()
+}
+
+/// `iptables-restore --noflush` input for one table: declares (and so flushes) every chain that
+/// is created, changed or deleted, fills the new and changed ones, fixes our jumps in kernel
+/// chains, and deletes the chains no longer wanted, all in one atomic commit.
+pub fn table_script(table: &TablePlan) -> String {
+    let mut out = format!("*{}\n", table.key.table);
+    for chain in &table.chains {
+        let _ = writeln!(out, ":{} - [0:0]", chain.name);
+    }
+    for chain in &table.chains {
+        if chain.action != ChainAction::Delete {
+            for rule in &chain.after {
+                let _ = writeln!(out, "{}", rule.text);
+            }
+        }
+    }
+    for hook in &table.hooks {
+        for removed in &hook.remove {
+            let _ = writeln!(out, "{}", removed.rule.text.replacen("-A ", "-D ", 1));
+        }
+        if let Some(insert) = &hook.insert {
+            let rest = insert
+                .text
+                .strip_prefix(&format!("-A {} ", hook.chain))
+                .unwrap_or(&insert.text);
+            let _ = writeln!(out, "-I {} 1 {rest}", hook.chain);
+        }
+    }
+    for chain in &table.chains {
+        if chain.action == ChainAction::Delete {
+            let _ = writeln!(out, "-X {}", chain.name);
+        }
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{ChainChange, HookChange, SetChange};
+    use crate::ruleset::Table;
+    use crate::state::{HookRule, RuleLine, TableKey};
+
+    fn rule(text: &str) -> RuleLine {
+        RuleLine {
+            hash: crate::observe::rule_hash(text),
+            text: text.to_owned(),
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn table_script_declares_fills_hooks_and_deletes_in_one_commit() {
+        let plan = TablePlan {
+            key: TableKey {
+                family: IpFamily::V4,
+                table: Table::Mangle,
+            },
+            chains: vec![
+                ChainChange {
+                    name: "npg-a".into(),
+                    action: ChainAction::Replace,
+                    before: vec![],
+                    after: vec![rule("-A npg-a -m comment --comment \"npg:1\" -j RETURN")],
+                },
+                ChainChange {
+                    name: "npg-old".into(),
+                    action: ChainAction::Delete,
+                    before: vec![],
+                    after: vec![],
+                },
+            ],
+            hooks: vec![HookChange {
+                chain: "PREROUTING".into(),
+                remove: vec![HookRule {
+                    position: 3,
+                    rule: rule("-A PREROUTING -m comment --comment \"npg:h\" -j npg-a"),
+                }],
+                insert: Some(rule("-A PREROUTING -m comment --comment \"npg:h\" -j npg-a")),
+                reason: String::new(),
+            }],
+        };
+        assert_eq!(
+            table_script(&plan),
+            "*mangle\n:npg-a - [0:0]\n:npg-old - [0:0]\n-A npg-a -m comment --comment \"npg:1\" -j RETURN\n-D PREROUTING -m comment --comment \"npg:h\" -j npg-a\n-I PREROUTING 1 -m comment --comment \"npg:h\" -j npg-a\n-X npg-old\nCOMMIT\n"
+        );
+    }
+
+    #[test]
+    fn set_updates_add_before_they_remove() {
+        let plan = Plan {
+            tables: vec![],
+            sets: vec![
+                SetChange {
+                    name: "npg4-a".into(),
+                    action: SetAction::Update,
+                    family: IpFamily::V4,
+                    kind: "hash:net".into(),
+                    add: vec!["192.0.2.0/24".into()],
+                    remove: vec!["198.51.100.0/24".into()],
+                },
+                SetChange {
+                    name: "npg6-b".into(),
+                    action: SetAction::Create,
+                    family: IpFamily::V6,
+                    kind: "hash:net".into(),
+                    add: vec!["2001:db8::/32".into()],
+                    remove: vec![],
+                },
+                SetChange {
+                    name: "npg4-c".into(),
+                    action: SetAction::Delete,
+                    family: IpFamily::V4,
+                    kind: "hash:net".into(),
+                    add: vec![],
+                    remove: vec![],
+                },
+            ],
+        };
+        assert_eq!(
+            ipset_script(&plan),
+            "add npg4-a 192.0.2.0/24 -exist\ndel npg4-a 198.51.100.0/24 -exist\ncreate npg6-b hash:net family inet6 maxelem 1048576\nadd npg6-b 2001:db8::/32\n"
+        );
+        assert_eq!(ipset_destroy_script(&plan), "destroy npg4-c\n");
+    }
+}

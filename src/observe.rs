@@ -1,0 +1,254 @@
+//! Reading back what the kernel holds of ours: `iptables-save` and `ipset save` text parsed
+//! into a [`State`]. Pure: the dataplane runs the programs and hands their output here.
+//!
+//! Only our own things are kept: chains named `npg-…`, our rules in other chains (recognised
+//! by their `npg:` comment or by jumping to one of our chains), and sets named `npg…`.
+//! Everything else other programs put there (kube-proxy, docker, flannel, the operator's own
+//! rules) is skipped, whatever it looks like.
+
+use std::collections::BTreeSet;
+
+use crate::model::IpFamily;
+use crate::ruleset::{CHAIN_PREFIX, SET_PREFIX, Table};
+use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
+
+/// Why a save could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ObserveError {
+    /// The iptables variant refuses to show a table (iptables-legacy next to nft rules).
+    #[error("`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend")]
+    Incompatible {
+        /// The table.
+        table: String,
+        /// The line that said so.
+        line: String,
+    },
+}
+
+/// The hash in a rule's `npg:` comment, if it has one.
+pub fn rule_hash(rule: &str) -> Option<String> {
+    let start = rule.find("--comment ")? + "--comment ".len();
+    let rest = rule[start..].trim_start_matches('"');
+    let hash = rest.strip_prefix(crate::render::iptables::HASH_PREFIX)?;
+    let end = hash
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(hash.len());
+    (end > 0).then(|| hash[..end].to_owned())
+}
+
+/// Whether a rule in a chain we do not own is ours: it carries our hash or jumps to our chain.
+fn is_ours(rule: &str) -> bool {
+    if rule_hash(rule).is_some() {
+        return true;
+    }
+    let mut words = rule.split_whitespace();
+    while let Some(word) = words.next() {
+        if matches!(word, "-j" | "--jump" | "-g" | "--goto")
+            && words.next().is_some_and(|target| target.starts_with(CHAIN_PREFIX))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Splits `[packets:bytes] rest` into counters and rest.
+fn split_counters(line: &str) -> (Option<Counters>, &str) {
+    if let Some(rest) = line.strip_prefix('[') {
+        if let Some((numbers, rule)) = rest.split_once("] ") {
+            if let Some((packets, bytes)) = numbers.split_once(':') {
+                if let (Ok(packets), Ok(bytes)) = (packets.parse(), bytes.parse()) {
+                    return (Some(Counters { packets, bytes }), rule);
+                }
+            }
+        }
+    }
+    (None, line)
+}
+
+/// Parses `iptables-save` output (with or without `-c`) for one family into `state`, keeping
+/// only the tables nodeport-guard uses.
+pub fn parse_iptables_save(text: &str, family: IpFamily, state: &mut State) -> Result<(), ObserveError> {
+    let mut current: Option<(Table, TableState, BTreeSet<String>)> = None;
+    let mut positions: std::collections::BTreeMap<String, usize> = Default::default();
+    let finish = |current: &mut Option<(Table, TableState, BTreeSet<String>)>, state: &mut State| {
+        if let Some((table, mut table_state, declared)) = current.take() {
+            // A chain of ours that exists but is empty is still ours.
+            for chain in declared {
+                table_state.chains.entry(chain).or_default();
+            }
+            if !table_state.is_empty() {
+                state.tables.insert(TableKey { family, table }, table_state);
+            }
+        }
+    };
+    for raw_line in text.lines() {
+        let line = raw_line.trim_end();
+        if let Some(name) = line.strip_prefix('*') {
+            finish(&mut current, state);
+            positions.clear();
+            current = Table::ALL
+                .into_iter()
+                .find(|table| table.as_str() == name)
+                .map(|table| (table, TableState::default(), BTreeSet::new()));
+            continue;
+        }
+        if line.starts_with('#') {
+            if line.contains("is incompatible, use 'nft' tool") {
+                return Err(ObserveError::Incompatible {
+                    table: current
+                        .as_ref()
+                        .map_or_else(|| "a table".to_owned(), |(t, _, _)| t.to_string()),
+                    line: line.to_owned(),
+                });
+            }
+            continue;
+        }
+        let Some((_, table_state, declared)) = current.as_mut() else {
+            continue;
+        };
+        if let Some(declaration) = line.strip_prefix(':') {
+            let name = declaration.split_whitespace().next().unwrap_or_default();
+            if name.starts_with(CHAIN_PREFIX) {
+                declared.insert(name.to_owned());
+            }
+            continue;
+        }
+        let (counters, rule) = split_counters(line);
+        let Some(after) = rule.strip_prefix("-A ") else {
+            continue;
+        };
+        let chain = after.split_whitespace().next().unwrap_or_default().to_owned();
+        let position = positions.entry(chain.clone()).or_insert(0);
+        *position += 1;
+        let rule_line = RuleLine {
+            hash: rule_hash(rule),
+            text: rule.to_owned(),
+            counters,
+        };
+        if chain.starts_with(CHAIN_PREFIX) {
+            table_state.chains.entry(chain).or_default().push(rule_line);
+        } else if is_ours(rule) {
+            table_state.hooks.entry(chain).or_default().push(HookRule {
+                position: *position,
+                rule: rule_line,
+            });
+        }
+    }
+    finish(&mut current, state);
+    Ok(())
+}
+
+/// Parses `ipset save` output into `state`, keeping only our sets.
+pub fn parse_ipset_save(text: &str, state: &mut State) {
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("create") => {
+                let Some(name) = words.next().filter(|name| name.starts_with(SET_PREFIX)) else {
+                    continue;
+                };
+                let kind = words.next().unwrap_or_default().to_owned();
+                let mut family = IpFamily::V4;
+                while let Some(word) = words.next() {
+                    if word == "family" && words.next() == Some("inet6") {
+                        family = IpFamily::V6;
+                    }
+                }
+                state.sets.insert(
+                    name.to_owned(),
+                    SetState {
+                        family,
+                        kind,
+                        members: BTreeSet::new(),
+                    },
+                );
+            }
+            Some("add") => {
+                let Some(name) = words.next() else { continue };
+                if let (Some(set), Some(member)) = (state.sets.get_mut(name), words.next()) {
+                    set.members.insert(member.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAVE: &str = r#"# Generated by iptables-save v1.8.9 on Sun Nov 29 20:24:58 2026
+*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+[3:180] -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+COMMIT
+*mangle
+:PREROUTING ACCEPT [10:600]
+:INPUT ACCEPT [0:0]
+:npg-PREROUTING - [0:0]
+:npg-empty - [0:0]
+:USER-CHAIN - [0:0]
+[1:60] -A PREROUTING -s 10.0.0.0/8 -m comment --comment "user's own \"quoted\" rule" -j MARK --set-xmark 0x1/0x1
+[9:540] -A PREROUTING -m comment --comment "npg:AbC_d-123" -j npg-PREROUTING
+[0:0] -A PREROUTING -j npg-PREROUTING
+[4:240] -A npg-PREROUTING -m comment --comment npg:Xy12 -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
+[0:0] -A npg-PREROUTING -s 192.0.2.1/32 -j DROP
+[0:0] -A USER-CHAIN -m comment --comment "npg:Zz" -j RETURN
+COMMIT
+# Completed on Sun Nov 29 20:24:58 2026
+"#;
+
+    #[test]
+    fn keeps_only_our_chains_and_our_rules_in_other_chains() {
+        let mut state = State::default();
+        parse_iptables_save(SAVE, IpFamily::V4, &mut state).expect("parse");
+        assert_eq!(state.tables.len(), 1, "nat has nothing of ours");
+        let mangle = &state.tables[&TableKey {
+            family: IpFamily::V4,
+            table: Table::Mangle,
+        }];
+        assert_eq!(mangle.chains.keys().collect::<Vec<_>>(), vec!["npg-PREROUTING", "npg-empty"]);
+        let ours = &mangle.chains["npg-PREROUTING"];
+        assert_eq!(ours[0].hash.as_deref(), Some("Xy12"));
+        assert_eq!(ours[0].counters, Some(Counters { packets: 4, bytes: 240 }));
+        assert_eq!(ours[1].hash, None, "a foreign rule inside our chain has no hash");
+        let hooks = &mangle.hooks["PREROUTING"];
+        assert_eq!(hooks.iter().map(|h| h.position).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(hooks[0].rule.hash.as_deref(), Some("AbC_d-123"));
+        assert_eq!(hooks[0].rule.text, "-A PREROUTING -m comment --comment \"npg:AbC_d-123\" -j npg-PREROUTING");
+        assert_eq!(hooks[1].rule.hash, None, "a jump to our chain without our comment is still ours");
+        assert_eq!(mangle.hooks["USER-CHAIN"].len(), 1);
+    }
+
+    #[test]
+    fn incompatible_tables_are_an_error() {
+        let text = "*mangle\n# Table `mangle' is incompatible, use 'nft' tool.\nCOMMIT\n";
+        let mut state = State::default();
+        assert!(matches!(
+            parse_iptables_save(text, IpFamily::V4, &mut state),
+            Err(ObserveError::Incompatible { .. })
+        ));
+    }
+
+    #[test]
+    fn ipset_save_keeps_our_sets() {
+        let text = "create KUBE-X hash:ip family inet hashsize 1024 maxelem 65536\nadd KUBE-X 10.0.0.1\ncreate npg4-this-host hash:ip family inet hashsize 1024 maxelem 1048576 bucketsize 12 initval 0x1\nadd npg4-this-host 198.51.100.1\ncreate npg6-p-x hash:ip,port family inet6 hashsize 1024 maxelem 1048576\nadd npg6-p-x 2001:db8::1,tcp:8080\n";
+        let mut state = State::default();
+        parse_ipset_save(text, &mut state);
+        assert_eq!(state.sets.len(), 2);
+        assert_eq!(state.sets["npg4-this-host"].kind, "hash:ip");
+        assert!(state.sets["npg4-this-host"].members.contains("198.51.100.1"));
+        assert_eq!(state.sets["npg6-p-x"].family, IpFamily::V6);
+        assert!(state.sets["npg6-p-x"].members.contains("2001:db8::1,tcp:8080"));
+    }
+
+    #[test]
+    fn hashes_are_found_quoted_or_not() {
+        assert_eq!(rule_hash("-A x -m comment --comment \"npg:abc\" -j y").as_deref(), Some("abc"));
+        assert_eq!(rule_hash("-A x -m comment --comment npg:abc -j y").as_deref(), Some("abc"));
+        assert_eq!(rule_hash("-A x -m comment --comment \"other\" -j y"), None);
+    }
+}

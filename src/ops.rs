@@ -1,0 +1,521 @@
+//! The commands that read or change the kernel: `plan`, `apply`, `confirm`, `cleanup` and
+//! `status`, and the watcher that rolls back an unconfirmed apply.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::app::{Settings, compile_policies, load_policies};
+use crate::compile::Compiled;
+use crate::config::BackendChoice;
+use crate::dataplane::{Backend, Dataplane, SystemRunner, detect};
+use crate::model::IpFamily;
+use crate::plan::{self, Plan, Style};
+use crate::reconcile;
+use crate::ruleset::Ruleset;
+use crate::state::{self, State};
+use crate::system::runtime::{
+    AppliedIndex, OriginEntry, PendingApply, RollbackRecord, StateDir, now_seconds,
+};
+
+/// The backend to use, detected when `auto`.
+pub fn resolve_backend(choice: BackendChoice, runner: &SystemRunner) -> Result<Backend> {
+    match choice {
+        BackendChoice::IptablesLegacy => Ok(Backend::IptablesLegacy),
+        BackendChoice::IptablesNft => Ok(Backend::IptablesNft),
+        BackendChoice::Nftables => bail!("the nftables backend is not available in this build; use `iptables-nft`"),
+        BackendChoice::Auto => {
+            let (backend, reason) = detect::detect(runner);
+            tracing::info!(%backend, reason, "backend chosen");
+            Ok(backend)
+        }
+    }
+}
+
+/// The families a ruleset programs.
+pub fn families(ruleset: &Ruleset) -> Vec<IpFamily> {
+    ruleset.families.iter().map(|family| family.family).collect()
+}
+
+/// The desired state of a ruleset for a backend.
+pub fn desired_state(ruleset: &Ruleset, backend: Backend) -> State {
+    match backend {
+        Backend::IptablesLegacy | Backend::IptablesNft => state::desired_iptables(ruleset),
+    }
+}
+
+/// Which kernel rules carry which policy rule's verdict.
+pub fn origin_index(ruleset: &Ruleset) -> AppliedIndex {
+    let mut origins = Vec::new();
+    for (family, table, chain) in ruleset.chains() {
+        for rule in &chain.rules {
+            if let Some(origin) = &rule.origin {
+                let rendered = crate::render::iptables::render_rule(table, &chain.name, rule, family);
+                origins.push(OriginEntry {
+                    family,
+                    table,
+                    chain: chain.name.clone(),
+                    hash: rendered.hash,
+                    origin: origin.clone(),
+                });
+            }
+        }
+    }
+    AppliedIndex {
+        applied_at: now_seconds(),
+        origins,
+    }
+}
+
+/// A plan saved by `plan --out`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SavedPlan {
+    /// Format version.
+    pub format: u32,
+    /// The backend the plan was made for.
+    pub backend: Backend,
+    /// The families it programs.
+    pub families: Vec<IpFamily>,
+    /// Fingerprint of what the kernel held when the plan was made.
+    pub observed: String,
+    /// Fingerprint of the policy files the plan was made from.
+    pub policies: String,
+    /// The state to apply.
+    pub desired: State,
+    /// Where the policies were read from.
+    pub policies_dir: String,
+    /// Which kernel rules carry which policy rule's verdict.
+    pub index: AppliedIndex,
+}
+
+struct Prepared {
+    compiled: Compiled,
+    policies_fingerprint: String,
+    backend: Backend,
+    desired: State,
+}
+
+fn prepare(settings: &Settings, runner: &SystemRunner) -> Result<Option<Prepared>> {
+    let Some((set, compiled)) = compile_policies(settings) else {
+        return Ok(None);
+    };
+    let backend = resolve_backend(settings.backend, runner)?;
+    let desired = desired_state(&compiled.ruleset, backend);
+    Ok(Some(Prepared {
+        compiled,
+        policies_fingerprint: set.fingerprint,
+        backend,
+        desired,
+    }))
+}
+
+fn style() -> Style {
+    Style {
+        color: std::io::stdout().is_terminal(),
+        max_members: 20,
+    }
+}
+
+fn print_plan(plan: &Plan) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{}", plan::render(plan, style()));
+    let _ = writeln!(stdout, "{}", plan.summary().line());
+}
+
+/// `plan`.
+pub fn plan_command(settings: &Settings, detailed: bool, json: bool, out: Option<&Path>) -> Result<ExitCode> {
+    let runner = SystemRunner;
+    let Some(prepared) = prepare(settings, &runner)? else {
+        return Ok(ExitCode::from(1));
+    };
+    let dataplane = Dataplane {
+        backend: prepared.backend,
+        runner: &runner,
+        families: families(&prepared.compiled.ruleset),
+    };
+    let observed = dataplane.observe()?;
+    let changes = plan::plan(&prepared.desired, &observed);
+    if json {
+        let warnings: Vec<String> = prepared
+            .compiled
+            .warnings
+            .iter()
+            .map(|warning| warning.message.clone())
+            .collect();
+        let value = serde_json::json!({
+            "backend": prepared.backend,
+            "summary": changes.summary(),
+            "changes": !changes.is_empty(),
+            "warnings": warnings,
+            "plan": changes,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else if changes.is_empty() {
+        println!("No changes: the kernel holds exactly what the policies say.");
+    } else {
+        print_plan(&changes);
+    }
+    if let Some(path) = out {
+        let saved = SavedPlan {
+            format: 1,
+            backend: prepared.backend,
+            families: dataplane.families.clone(),
+            observed: observed.fingerprint(),
+            policies: prepared.policies_fingerprint,
+            index: origin_index(&prepared.compiled.ruleset),
+            desired: prepared.desired,
+            policies_dir: settings.config.policies_dir.display().to_string(),
+        };
+        fs_err::write(path, serde_json::to_vec_pretty(&saved)?)?;
+        eprintln!("Saved the plan to `{}`; apply it with `nodeport-guard apply {}`.", path.display(), path.display());
+    }
+    Ok(if detailed && !changes.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Asks on the terminal, or refuses when stdin is not one and `yes` was not given.
+fn confirm_interactively(question: &str, yes: bool) -> Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to change the firewall without `--yes`: stdin is not a terminal to ask on");
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// `apply`.
+pub fn apply_command(
+    settings: &Settings,
+    yes: bool,
+    confirm_timeout: Option<u64>,
+    plan_file: Option<&Path>,
+) -> Result<ExitCode> {
+    let runner = SystemRunner;
+    let state_dir = StateDir::new(&settings.state_dir);
+    let (backend, families, desired, index, expected_observed) = match plan_file {
+        Some(path) => {
+            let saved: SavedPlan = serde_json::from_slice(&fs_err::read(path)?)
+                .with_context(|| format!("`{}` is not a plan saved by `plan --out`", path.display()))?;
+            let set = load_policies(std::slice::from_ref(&settings.config.policies_dir));
+            if set.fingerprint != saved.policies {
+                bail!(
+                    "stale plan: the policy files in `{}` changed since the plan was made; make a new plan",
+                    settings.config.policies_dir.display()
+                );
+            }
+            (saved.backend, saved.families, saved.desired, saved.index, Some(saved.observed))
+        }
+        None => {
+            let Some(prepared) = prepare(settings, &runner)? else {
+                return Ok(ExitCode::from(1));
+            };
+            let families = families(&prepared.compiled.ruleset);
+            let index = origin_index(&prepared.compiled.ruleset);
+            (prepared.backend, families, prepared.desired, index, None)
+        }
+    };
+    let _lock = state_dir.lock("nodeport-guard apply", false)?;
+    if let Some(pending) = state_dir.pending()? {
+        bail!(
+            "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
+            pending.id
+        );
+    }
+    let dataplane = Dataplane {
+        backend,
+        runner: &runner,
+        families: families.clone(),
+    };
+    let observed = dataplane.observe()?;
+    if let Some(expected) = expected_observed {
+        if observed.fingerprint() != expected {
+            bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
+        }
+    }
+    let changes = plan::plan(&desired, &observed);
+    if changes.is_empty() {
+        println!("No changes: the kernel holds exactly what the policies say.");
+        state_dir.set_applied(&index).ok();
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_plan(&changes);
+    if !confirm_interactively("Apply these changes?", yes)? {
+        eprintln!("Nothing was changed.");
+        return Ok(ExitCode::from(1));
+    }
+    let outcome = reconcile::apply_against(&dataplane, &desired, observed)?;
+    state_dir.set_applied(&index).ok();
+    println!("Applied in {} ms.", outcome.elapsed.as_millis());
+    if let Some(seconds) = confirm_timeout {
+        start_confirm_window(&state_dir, backend, families, outcome.before, seconds)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn start_confirm_window(
+    state_dir: &StateDir,
+    backend: Backend,
+    families: Vec<IpFamily>,
+    previous: State,
+    seconds: u64,
+) -> Result<()> {
+    let id = crate::compile::names::hash(&format!("{}-{}", std::process::id(), now_seconds()))[..12].to_owned();
+    let mut pending = PendingApply {
+        id: id.clone(),
+        backend,
+        families,
+        deadline: now_seconds() + seconds,
+        watcher_pid: None,
+        previous,
+    };
+    state_dir.set_pending(&pending)?;
+    let exe = std::env::current_exe().context("cannot find this program to start the rollback watcher")?;
+    use std::os::unix::process::CommandExt as _;
+    let child = std::process::Command::new(exe)
+        .arg("--state-dir")
+        .arg(state_dir.path())
+        .arg("__rollback-watch")
+        .arg(&id)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own process group: Ctrl-C on this terminal must not stop the rollback.
+        .process_group(0)
+        .spawn()
+        .context("cannot start the rollback watcher")?;
+    pending.watcher_pid = Some(child.id());
+    state_dir.set_pending(&pending)?;
+    eprintln!(
+        "Run `nodeport-guard confirm` within {seconds} s to keep these rules; otherwise the previous rules come back."
+    );
+    Ok(())
+}
+
+/// `confirm`.
+pub fn confirm_command(settings: &Settings) -> Result<ExitCode> {
+    let state_dir = StateDir::new(&settings.state_dir);
+    let _lock = state_dir.lock("nodeport-guard confirm", true)?;
+    let Some(pending) = state_dir.pending()? else {
+        match state_dir.last_rollback()? {
+            Some(record) => eprintln!("error: no apply is waiting for confirmation; the last one ({}) {}", record.id, record.outcome),
+            None => eprintln!("error: no apply is waiting for confirmation"),
+        }
+        return Ok(ExitCode::from(1));
+    };
+    state_dir.clear_pending()?;
+    if let Some(pid) = pending.watcher_pid {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    state_dir
+        .set_last_rollback(&RollbackRecord {
+            id: pending.id.clone(),
+            at: now_seconds(),
+            outcome: "was confirmed".to_owned(),
+        })
+        .ok();
+    println!("Confirmed: the new rules stay.");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The hidden `__rollback-watch` command: waits for the deadline, then restores the previous
+/// rules unless the apply was confirmed.
+pub fn rollback_watch(state_dir: &Path, id: &str) -> Result<ExitCode> {
+    let state_dir = StateDir::new(state_dir);
+    let Some(pending) = state_dir.pending()? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if pending.id != id {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let wait = pending.deadline.saturating_sub(now_seconds());
+    // A hang-up of the terminal that started us must not cancel the rollback.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let sleep = tokio::time::sleep(Duration::from_secs(wait));
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => break,
+                _ = async { match hangup.as_mut() { Some(signal) => { signal.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+        }
+    });
+    let _lock = state_dir.lock("nodeport-guard rollback", true)?;
+    let Some(pending) = state_dir.pending()? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if pending.id != id {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runner = SystemRunner;
+    let dataplane = Dataplane {
+        backend: pending.backend,
+        runner: &runner,
+        families: pending.families.clone(),
+    };
+    let outcome = match reconcile::restore(&dataplane, &pending.previous) {
+        Ok(()) => "was not confirmed in time and was rolled back".to_owned(),
+        Err(error) => format!("was not confirmed in time; rolling it back failed: {error}"),
+    };
+    state_dir.clear_pending()?;
+    state_dir.set_last_rollback(&RollbackRecord {
+        id: id.to_owned(),
+        at: now_seconds(),
+        outcome,
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cleanup`.
+pub fn cleanup_command(settings: &Settings, yes: bool) -> Result<ExitCode> {
+    let runner = SystemRunner;
+    let state_dir = StateDir::new(&settings.state_dir);
+    let backend = resolve_backend(settings.backend, &runner)?;
+    let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
+    let dataplane = Dataplane {
+        backend,
+        runner: &runner,
+        families: IpFamily::BOTH.to_vec(),
+    };
+    let observed = dataplane.observe()?;
+    let changes = plan::plan(&State::default(), &observed);
+    if changes.is_empty() {
+        println!("Nothing to clean up: nodeport-guard owns nothing in {backend}.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_plan(&changes);
+    if !confirm_interactively("Remove all of these?", yes)? {
+        eprintln!("Nothing was changed.");
+        return Ok(ExitCode::from(1));
+    }
+    reconcile::apply_against(&dataplane, &State::default(), observed)?;
+    state_dir.clear_pending().ok();
+    println!("Removed every chain, jump and set of nodeport-guard.");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `status`.
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleStatus {
+    /// Policy name.
+    pub policy: String,
+    /// Direction.
+    pub direction: crate::model::Direction,
+    /// Rule index.
+    pub rule: usize,
+    /// Packets matched (all families).
+    pub packets: u64,
+    /// Bytes matched (all families).
+    pub bytes: u64,
+}
+
+/// `status`.
+pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
+    let runner = SystemRunner;
+    let state_dir = StateDir::new(&settings.state_dir);
+    let backend = resolve_backend(settings.backend, &runner)?;
+    let dataplane = Dataplane {
+        backend,
+        runner: &runner,
+        families: IpFamily::BOTH.to_vec(),
+    };
+    let observed = dataplane.observe()?;
+    let index = match state_dir.applied()? {
+        Some(index) => index,
+        None => match compile_policies(settings) {
+            Some((_, compiled)) => origin_index(&compiled.ruleset),
+            None => AppliedIndex::default(),
+        },
+    };
+    let mut totals: std::collections::BTreeMap<(String, crate::model::Direction, usize), (u64, u64)> = Default::default();
+    for entry in &index.origins {
+        let key = state::TableKey {
+            family: entry.family,
+            table: entry.table,
+        };
+        let counters = observed
+            .tables
+            .get(&key)
+            .and_then(|table| table.chains.get(&entry.chain))
+            .and_then(|rules| rules.iter().find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str())))
+            .and_then(|rule| rule.counters);
+        let total = totals
+            .entry((entry.origin.policy.clone(), entry.origin.direction, entry.origin.rule_index))
+            .or_default();
+        if let Some(counters) = counters {
+            total.0 += counters.packets;
+            total.1 += counters.bytes;
+        }
+    }
+    let rows: Vec<RuleStatus> = totals
+        .into_iter()
+        .map(|((policy, direction, rule), (packets, bytes))| RuleStatus {
+            policy,
+            direction,
+            rule,
+            packets,
+            bytes,
+        })
+        .collect();
+    let daemon = state_dir.daemon_status()?;
+    let pending = state_dir.pending()?;
+    if json {
+        let value = serde_json::json!({
+            "backend": backend,
+            "rules": rows,
+            "daemon": daemon,
+            "pendingConfirmation": pending.map(|p| serde_json::json!({"id": p.id, "deadline": p.deadline})),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut stdout = std::io::stdout().lock();
+    let width = rows.iter().map(|row| row.policy.len()).max().unwrap_or(6).max(6);
+    writeln!(stdout, "{:width$}  {:9}  {:>4}  {:>12}  {:>14}", "POLICY", "DIRECTION", "RULE", "PACKETS", "BYTES")?;
+    for row in &rows {
+        writeln!(
+            stdout,
+            "{:width$}  {:9}  {:>4}  {:>12}  {:>14}",
+            row.policy,
+            row.direction.to_string(),
+            row.rule,
+            row.packets,
+            row.bytes
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(stdout, "(no policy rules are applied)")?;
+    }
+    if let Some(pending) = pending {
+        writeln!(stdout, "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).", pending.deadline.saturating_sub(now_seconds()))?;
+    }
+    if let Some(daemon) = daemon {
+        if let Some(line) = daemon.get("summary").and_then(|s| s.as_str()) {
+            writeln!(stdout, "\nDaemon: {line}")?;
+        }
+        if let Some(errors) = daemon.get("lastErrors").and_then(|e| e.as_array()) {
+            for error in errors {
+                if let Some(text) = error.as_str() {
+                    writeln!(stdout, "  {text}")?;
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,579 @@
+//! Planning: the difference between the desired and the observed [`State`], and how it is shown.
+//!
+//! Pure: a plan is a function of two states. It lists, per table, the chains to create,
+//! replace or delete and the jumps to fix, and per set the members to add and remove. `apply`
+//! carries out exactly a plan; `plan` prints it as a unified diff per chain and per set, with
+//! a one-line summary.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::IpFamily;
+use crate::state::{HookRule, RuleLine, SetState, State, TableKey};
+
+/// What happens to a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChainAction {
+    /// It does not exist yet.
+    Create,
+    /// Its rules change (it is flushed and refilled in one transaction).
+    Replace,
+    /// It is no longer wanted.
+    Delete,
+}
+
+/// A change to one chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainChange {
+    /// The chain.
+    pub name: String,
+    /// What happens.
+    pub action: ChainAction,
+    /// The rules now (observed).
+    pub before: Vec<RuleLine>,
+    /// The rules after (desired).
+    pub after: Vec<RuleLine>,
+}
+
+/// A change to our rules in a kernel chain (or a foreign chain holding something of ours).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookChange {
+    /// The chain.
+    pub chain: String,
+    /// Our rules to delete from it.
+    pub remove: Vec<HookRule>,
+    /// Our jump to insert at position 1.
+    pub insert: Option<RuleLine>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Everything that changes in one table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TablePlan {
+    /// The table.
+    pub key: TableKey,
+    /// Chain changes, sorted by chain name.
+    pub chains: Vec<ChainChange>,
+    /// Hook changes.
+    pub hooks: Vec<HookChange>,
+}
+
+/// What happens to a set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SetAction {
+    /// It does not exist yet.
+    Create,
+    /// Members are added and removed in place.
+    Update,
+    /// Its type or family differ: rebuilt under a temporary name and swapped in.
+    Recreate,
+    /// It is no longer wanted.
+    Delete,
+}
+
+/// A change to one set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetChange {
+    /// The set.
+    pub name: String,
+    /// What happens.
+    pub action: SetAction,
+    /// Its family after the change (before, for a deletion).
+    pub family: IpFamily,
+    /// Its type after the change (before, for a deletion).
+    pub kind: String,
+    /// Members to add (for create and recreate: every member).
+    pub add: Vec<String>,
+    /// Members to remove.
+    pub remove: Vec<String>,
+}
+
+/// Everything `apply` will do.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Per table with changes.
+    pub tables: Vec<TablePlan>,
+    /// Per set with changes.
+    pub sets: Vec<SetChange>,
+}
+
+/// Counts for the summary line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Chains to create.
+    pub chains_to_add: usize,
+    /// Chains whose rules change.
+    pub chains_to_change: usize,
+    /// Chains to delete.
+    pub chains_to_remove: usize,
+    /// Kernel chains whose jump into ours is inserted, moved or removed.
+    pub hooks_to_fix: usize,
+    /// Sets to create.
+    pub sets_to_add: usize,
+    /// Sets updated or rebuilt.
+    pub sets_to_change: usize,
+    /// Sets to delete.
+    pub sets_to_remove: usize,
+    /// Members added over all sets.
+    pub members_to_add: usize,
+    /// Members removed over all sets.
+    pub members_to_remove: usize,
+}
+
+impl Plan {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty() && self.sets.is_empty()
+    }
+
+    /// The counts of the summary line.
+    pub fn summary(&self) -> Summary {
+        let mut summary = Summary::default();
+        for table in &self.tables {
+            for chain in &table.chains {
+                match chain.action {
+                    ChainAction::Create => summary.chains_to_add += 1,
+                    ChainAction::Replace => summary.chains_to_change += 1,
+                    ChainAction::Delete => summary.chains_to_remove += 1,
+                }
+            }
+            summary.hooks_to_fix += table.hooks.len();
+        }
+        for set in &self.sets {
+            match set.action {
+                SetAction::Create => summary.sets_to_add += 1,
+                SetAction::Update | SetAction::Recreate => summary.sets_to_change += 1,
+                SetAction::Delete => summary.sets_to_remove += 1,
+            }
+            summary.members_to_add += set.add.len();
+            summary.members_to_remove += set.remove.len();
+        }
+        summary
+    }
+}
+
+impl Summary {
+    /// The one-line summary.
+    pub fn line(&self) -> String {
+        format!(
+            "Plan: {} chain{} to add, {} to change, {} to remove; {} jump{} to fix; {} set{} to add, {} to change, {} to remove ({} member{} to add, {} to remove)",
+            self.chains_to_add,
+            plural(self.chains_to_add),
+            self.chains_to_change,
+            self.chains_to_remove,
+            self.hooks_to_fix,
+            plural(self.hooks_to_fix),
+            self.sets_to_add,
+            plural(self.sets_to_add),
+            self.sets_to_change,
+            self.sets_to_remove,
+            self.members_to_add,
+            plural(self.members_to_add),
+            self.members_to_remove,
+        )
+    }
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
+fn hashes(rules: &[RuleLine]) -> Vec<Option<&str>> {
+    rules.iter().map(|rule| rule.hash.as_deref()).collect()
+}
+
+/// Computes the plan that turns `observed` into `desired`.
+pub fn plan(desired: &State, observed: &State) -> Plan {
+    let mut result = Plan::default();
+    let keys: BTreeSet<TableKey> = desired
+        .tables
+        .keys()
+        .chain(observed.tables.keys())
+        .copied()
+        .collect();
+    let empty = Default::default();
+    for key in keys {
+        let want = desired.tables.get(&key).unwrap_or(&empty);
+        let have = observed.tables.get(&key).unwrap_or(&empty);
+        let mut table_plan = TablePlan {
+            key,
+            chains: Vec::new(),
+            hooks: Vec::new(),
+        };
+        let names: BTreeSet<&String> = want.chains.keys().chain(have.chains.keys()).collect();
+        for name in names {
+            let change = match (want.chains.get(name), have.chains.get(name)) {
+                (Some(after), None) => Some((ChainAction::Create, Vec::new(), after.clone())),
+                (Some(after), Some(before)) if hashes(after) != hashes(before) => {
+                    Some((ChainAction::Replace, before.clone(), after.clone()))
+                }
+                (None, Some(before)) => Some((ChainAction::Delete, before.clone(), Vec::new())),
+                _ => None,
+            };
+            if let Some((action, before, after)) = change {
+                table_plan.chains.push(ChainChange {
+                    name: name.clone(),
+                    action,
+                    before,
+                    after,
+                });
+            }
+        }
+        let hook_chains: BTreeSet<&String> = want.hooks.keys().chain(have.hooks.keys()).collect();
+        for chain in hook_chains {
+            let wanted = want.hooks.get(chain).and_then(|rules| rules.first());
+            let present = have.hooks.get(chain).map(Vec::as_slice).unwrap_or_default();
+            if let Some(change) = hook_change(chain, wanted, present) {
+                table_plan.hooks.push(change);
+            }
+        }
+        if !table_plan.chains.is_empty() || !table_plan.hooks.is_empty() {
+            result.tables.push(table_plan);
+        }
+    }
+
+    let set_names: BTreeSet<&String> = desired.sets.keys().chain(observed.sets.keys()).collect();
+    for name in set_names {
+        if let Some(change) = set_change(name, desired.sets.get(name), observed.sets.get(name)) {
+            result.sets.push(change);
+        }
+    }
+    result
+}
+
+fn hook_change(chain: &str, wanted: Option<&HookRule>, present: &[HookRule]) -> Option<HookChange> {
+    let reason = match (wanted, present) {
+        (None, []) => return None,
+        (Some(want), [have])
+            if have.position == 1 && have.rule.hash.is_some() && have.rule.hash == want.rule.hash =>
+        {
+            return None;
+        }
+        (Some(_), []) => format!("insert our jump at position 1 of `{chain}`"),
+        (Some(want), [have]) if have.rule.hash == want.rule.hash => format!(
+            "our jump in `{chain}` is at position {}; move it back to position 1",
+            have.position
+        ),
+        (Some(_), [_]) => format!("replace our jump in `{chain}`"),
+        (Some(_), _) => format!("`{chain}` holds {} rules of ours; keep one at position 1", present.len()),
+        (None, _) => format!("remove our rules from `{chain}`"),
+    };
+    Some(HookChange {
+        chain: chain.to_owned(),
+        remove: present.to_vec(),
+        insert: wanted.map(|hook| hook.rule.clone()),
+        reason,
+    })
+}
+
+fn set_change(name: &str, want: Option<&SetState>, have: Option<&SetState>) -> Option<SetChange> {
+    let sorted = |members: &BTreeSet<String>| members.iter().cloned().collect::<Vec<_>>();
+    match (want, have) {
+        (Some(want), None) => Some(SetChange {
+            name: name.to_owned(),
+            action: SetAction::Create,
+            family: want.family,
+            kind: want.kind.clone(),
+            add: sorted(&want.members),
+            remove: Vec::new(),
+        }),
+        (Some(want), Some(have)) if want.kind != have.kind || want.family != have.family => {
+            Some(SetChange {
+                name: name.to_owned(),
+                action: SetAction::Recreate,
+                family: want.family,
+                kind: want.kind.clone(),
+                add: sorted(&want.members),
+                remove: sorted(&have.members),
+            })
+        }
+        (Some(want), Some(have)) if want.members != have.members => Some(SetChange {
+            name: name.to_owned(),
+            action: SetAction::Update,
+            family: want.family,
+            kind: want.kind.clone(),
+            add: want.members.difference(&have.members).cloned().collect(),
+            remove: have.members.difference(&want.members).cloned().collect(),
+        }),
+        (None, Some(have)) => Some(SetChange {
+            name: name.to_owned(),
+            action: SetAction::Delete,
+            family: have.family,
+            kind: have.kind.clone(),
+            add: Vec::new(),
+            remove: sorted(&have.members),
+        }),
+        _ => None,
+    }
+}
+
+/// How a plan is printed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Style {
+    /// Use ANSI colours.
+    pub color: bool,
+    /// Most set members listed per set before "… and N more".
+    pub max_members: usize,
+}
+
+fn paint(text: &str, code: &str, style: Style) -> String {
+    if style.color {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Prints a plan as unified diffs per chain and set (without the summary line).
+pub fn render(plan: &Plan, style: Style) -> String {
+    let mut out = String::new();
+    for table in &plan.tables {
+        for chain in &table.chains {
+            let verb = match chain.action {
+                ChainAction::Create => "create",
+                ChainAction::Replace => "change",
+                ChainAction::Delete => "delete",
+            };
+            let _ = writeln!(
+                out,
+                "{}",
+                paint(&format!("# {verb} chain {} ({})", chain.name, table.key), "1", style)
+            );
+            out.push_str(&chain_diff(chain, style));
+            out.push('\n');
+        }
+        for hook in &table.hooks {
+            let _ = writeln!(
+                out,
+                "{}",
+                paint(&format!("# {} ({})", hook.reason, table.key), "1", style)
+            );
+            for removed in &hook.remove {
+                let _ = writeln!(out, "{}", paint(&format!("-{}", removed.rule.text), "31", style));
+            }
+            if let Some(insert) = &hook.insert {
+                let line = insert.text.replacen("-A ", "-I ", 1).replacen(
+                    &format!("-I {} ", hook.chain),
+                    &format!("-I {} 1 ", hook.chain),
+                    1,
+                );
+                let _ = writeln!(out, "{}", paint(&format!("+{line}"), "32", style));
+            }
+            out.push('\n');
+        }
+    }
+    for set in &plan.sets {
+        let verb = match set.action {
+            SetAction::Create => "create",
+            SetAction::Update => "change",
+            SetAction::Recreate => "rebuild (type changed)",
+            SetAction::Delete => "delete",
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            paint(
+                &format!("# {verb} set {} ({} {})", set.name, set.kind, set.family),
+                "1",
+                style
+            )
+        );
+        let limit = if style.max_members == 0 { usize::MAX } else { style.max_members };
+        for (sign, members, code) in [("-", &set.remove, "31"), ("+", &set.add, "32")] {
+            for member in members.iter().take(limit) {
+                let _ = writeln!(out, "{}", paint(&format!("{sign}{member}"), code, style));
+            }
+            if members.len() > limit {
+                let _ = writeln!(out, "{sign}… and {} more", members.len() - limit);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A unified diff of a chain's rules. Observed rules whose hash the desired chain also has are
+/// shown in the desired spelling, so only real differences appear.
+fn chain_diff(chain: &ChainChange, style: Style) -> String {
+    let after: Vec<String> = chain.after.iter().map(|rule| rule.text.clone()).collect();
+    let before: Vec<String> = chain
+        .before
+        .iter()
+        .map(|rule| {
+            rule.hash
+                .as_ref()
+                .and_then(|hash| chain.after.iter().find(|want| want.hash.as_ref() == Some(hash)))
+                .map_or_else(|| rule.text.clone(), |want| want.text.clone())
+        })
+        .collect();
+    let before_text = lines_text(&before);
+    let after_text = lines_text(&after);
+    let diff = similar::TextDiff::from_lines(&before_text, &after_text);
+    let mut out = String::new();
+    for hunk in diff.unified_diff().context_radius(3).iter_hunks() {
+        let _ = writeln!(out, "{}", paint(&hunk.header().to_string(), "36", style));
+        for change in hunk.iter_changes() {
+            let (sign, code) = match change.tag() {
+                similar::ChangeTag::Delete => ("-", "31"),
+                similar::ChangeTag::Insert => ("+", "32"),
+                similar::ChangeTag::Equal => (" ", ""),
+            };
+            let text = format!("{sign}{}", change.value().trim_end_matches('\n'));
+            let _ = writeln!(
+                out,
+                "{}",
+                if code.is_empty() { text } else { paint(&text, code, style) }
+            );
+        }
+    }
+    if chain.before.is_empty() && chain.after.is_empty() {
+        let _ = writeln!(out, "(empty chain)");
+    }
+    out
+}
+
+fn lines_text(lines: &[String]) -> String {
+    let mut text = lines.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ruleset::Table;
+    use crate::state::TableState;
+
+    fn line(hash: &str, text: &str) -> RuleLine {
+        RuleLine {
+            hash: (!hash.is_empty()).then(|| hash.to_owned()),
+            text: text.to_owned(),
+            counters: None,
+        }
+    }
+
+    fn key() -> TableKey {
+        TableKey {
+            family: IpFamily::V4,
+            table: Table::Mangle,
+        }
+    }
+
+    fn state(chains: &[(&str, Vec<RuleLine>)], hook: Option<(usize, RuleLine)>) -> State {
+        let mut table = TableState::default();
+        for (name, rules) in chains {
+            table.chains.insert((*name).to_owned(), rules.clone());
+        }
+        if let Some((position, rule)) = hook {
+            table
+                .hooks
+                .insert("PREROUTING".to_owned(), vec![HookRule { position, rule }]);
+        }
+        let mut state = State::default();
+        state.tables.insert(key(), table);
+        state
+    }
+
+    fn jump() -> RuleLine {
+        line("j", "-A PREROUTING -m comment --comment \"npg:j\" -j npg-PREROUTING")
+    }
+
+    #[test]
+    fn equal_states_need_nothing() {
+        let desired = state(&[("npg-a", vec![line("1", "-A npg-a one")])], Some((1, jump())));
+        assert!(plan(&desired, &desired).is_empty());
+        // Spelling differences do not matter: only hashes are compared.
+        let observed = state(&[("npg-a", vec![line("1", "-A npg-a ONE as saved")])], Some((1, jump())));
+        assert!(plan(&desired, &observed).is_empty());
+    }
+
+    #[test]
+    fn chains_are_created_replaced_and_deleted() {
+        let desired = state(
+            &[
+                ("npg-new", vec![line("1", "-A npg-new x")]),
+                ("npg-same", vec![line("2", "-A npg-same y")]),
+                ("npg-changed", vec![line("3", "-A npg-changed z")]),
+            ],
+            Some((1, jump())),
+        );
+        let observed = state(
+            &[
+                ("npg-same", vec![line("2", "-A npg-same y")]),
+                ("npg-changed", vec![line("3", "-A npg-changed z"), line("", "-A npg-changed -j ACCEPT")]),
+                ("npg-old", vec![]),
+            ],
+            Some((1, jump())),
+        );
+        let plan = plan(&desired, &observed);
+        let actions: Vec<(&str, ChainAction)> = plan.tables[0]
+            .chains
+            .iter()
+            .map(|c| (c.name.as_str(), c.action))
+            .collect();
+        assert_eq!(
+            actions,
+            vec![
+                ("npg-changed", ChainAction::Replace),
+                ("npg-new", ChainAction::Create),
+                ("npg-old", ChainAction::Delete)
+            ]
+        );
+        let summary = plan.summary();
+        assert_eq!((summary.chains_to_add, summary.chains_to_change, summary.chains_to_remove), (1, 1, 1));
+        let text = render(&plan, Style::default());
+        assert!(text.contains("-A npg-changed -j ACCEPT\n"), "{text}");
+        assert!(text.contains("# create chain npg-new (IPv4 mangle)"), "{text}");
+    }
+
+    #[test]
+    fn a_jump_pushed_down_or_missing_is_fixed() {
+        let desired = state(&[], Some((1, jump())));
+        let pushed = state(&[], Some((2, jump())));
+        let plan_pushed = plan(&desired, &pushed);
+        assert_eq!(plan_pushed.tables[0].hooks.len(), 1);
+        assert!(plan_pushed.tables[0].hooks[0].reason.contains("position 2"));
+        let missing = State::default();
+        let plan_missing = plan(&desired, &missing);
+        assert_eq!(plan_missing.summary().hooks_to_fix, 1);
+        let removed = plan(&State::default(), &desired);
+        assert_eq!(removed.tables[0].hooks[0].insert, None);
+    }
+
+    #[test]
+    fn sets_are_diffed_member_by_member() {
+        let set = |kind: &str, members: &[&str]| SetState {
+            family: IpFamily::V4,
+            kind: kind.to_owned(),
+            members: members.iter().map(|m| (*m).to_owned()).collect(),
+        };
+        let mut desired = State::default();
+        desired.sets.insert("npg4-a".into(), set("hash:net", &["192.0.2.0/24", "198.51.100.1"]));
+        desired.sets.insert("npg4-b".into(), set("hash:net", &[]));
+        desired.sets.insert("npg4-c".into(), set("hash:net", &["192.0.2.1"]));
+        let mut observed = State::default();
+        observed.sets.insert("npg4-a".into(), set("hash:net", &["192.0.2.0/24", "203.0.113.1"]));
+        observed.sets.insert("npg4-c".into(), set("hash:ip", &["192.0.2.1"]));
+        observed.sets.insert("npg4-d".into(), set("hash:net", &[]));
+        let plan = plan(&desired, &observed);
+        let actions: Vec<(&str, SetAction)> = plan.sets.iter().map(|s| (s.name.as_str(), s.action)).collect();
+        assert_eq!(
+            actions,
+            vec![
+                ("npg4-a", SetAction::Update),
+                ("npg4-b", SetAction::Create),
+                ("npg4-c", SetAction::Recreate),
+                ("npg4-d", SetAction::Delete)
+            ]
+        );
+        assert_eq!(plan.sets[0].add, vec!["198.51.100.1"]);
+        assert_eq!(plan.sets[0].remove, vec!["203.0.113.1"]);
+    }
+}

@@ -1,0 +1,116 @@
+//! Reconciling: observe, plan, apply, verify; and putting the previous state back when an
+//! apply fails half-way. The CLI and the daemon both reconcile through here.
+//!
+//! The reconciler is level-triggered: it never needs to know why it was called. Whatever the
+//! kernel holds, it computes the difference from the desired state and applies only that.
+
+use std::time::{Duration, Instant};
+
+use crate::dataplane::{Dataplane, DataplaneError};
+use crate::plan::{Plan, Summary, plan};
+use crate::state::State;
+
+/// What one reconcile did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The plan that was carried out (empty when nothing had to change).
+    pub plan: Plan,
+    /// What the kernel held before.
+    pub before: State,
+    /// How long applying and verifying took.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// The plan's counts.
+    pub fn summary(&self) -> Summary {
+        self.plan.summary()
+    }
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Reading the kernel failed; nothing was written.
+    #[error("cannot read the current rules: {0}")]
+    Observe(#[source] DataplaneError),
+    /// Writing failed; the previous state was put back.
+    #[error("{error}; the previous rules were restored")]
+    RolledBack {
+        /// What failed.
+        #[source]
+        error: DataplaneError,
+    },
+    /// Writing failed and putting the previous state back failed too.
+    #[error("{error}; restoring the previous rules failed as well: {restore}")]
+    RestoreFailed {
+        /// What failed first.
+        #[source]
+        error: DataplaneError,
+        /// Why the restore failed.
+        restore: DataplaneError,
+    },
+}
+
+/// Applies the difference between `desired` and what the kernel holds, and checks the result.
+/// On failure, puts back what the kernel held before.
+pub fn reconcile(dataplane: &Dataplane<'_>, desired: &State) -> Result<Outcome, ReconcileError> {
+    let before = dataplane.observe().map_err(ReconcileError::Observe)?;
+    apply_against(dataplane, desired, before)
+}
+
+/// Like [`reconcile`], with the kernel's current state already read.
+pub fn apply_against(
+    dataplane: &Dataplane<'_>,
+    desired: &State,
+    before: State,
+) -> Result<Outcome, ReconcileError> {
+    let started = Instant::now();
+    let changes = plan(desired, &before);
+    if changes.is_empty() {
+        return Ok(Outcome {
+            plan: changes,
+            before,
+            elapsed: started.elapsed(),
+        });
+    }
+    let result = dataplane
+        .apply(&changes)
+        .and_then(|()| verify(dataplane, desired));
+    match result {
+        Ok(()) => Ok(Outcome {
+            plan: changes,
+            before,
+            elapsed: started.elapsed(),
+        }),
+        Err(error) => {
+            tracing::error!(%error, "apply failed; restoring the previous rules");
+            match restore(dataplane, &before) {
+                Ok(()) => Err(ReconcileError::RolledBack { error }),
+                Err(restore) => Err(ReconcileError::RestoreFailed { error, restore }),
+            }
+        }
+    }
+}
+
+/// Reads the kernel back and checks that it holds `desired`.
+pub fn verify(dataplane: &Dataplane<'_>, desired: &State) -> Result<(), DataplaneError> {
+    let after = dataplane.observe()?;
+    let remaining = plan(desired, &after);
+    if remaining.is_empty() {
+        Ok(())
+    } else {
+        Err(DataplaneError::Verify(remaining.summary().line()))
+    }
+}
+
+/// Puts `previous` back, whatever the kernel holds now.
+pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<(), DataplaneError> {
+    let now = dataplane.observe()?;
+    let changes = plan(previous, &now);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    dataplane.apply(&changes)?;
+    verify(dataplane, previous)
+}

@@ -1,0 +1,225 @@
+//! Runtime state under `/run/nodeport-guard`: the lock every writer takes, the pending apply
+//! waiting for `confirm`, and the index that maps kernel rules back to policy rules.
+
+use std::fs::File;
+use std::io::{Read as _, Seek as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::dataplane::Backend;
+use crate::model::IpFamily;
+use crate::ruleset::{RuleOrigin, Table};
+use crate::state::State;
+
+/// The runtime state directory.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    path: PathBuf,
+}
+
+/// Holding the lock; released when dropped.
+#[derive(Debug)]
+pub struct LockGuard {
+    _lock: Flock<File>,
+}
+
+/// Who holds the lock we could not take.
+#[derive(Debug, thiserror::Error)]
+#[error("another nodeport-guard ({holder}) is changing the rules; lock file `{path}`")]
+pub struct LockBusy {
+    /// What the holder wrote into the lock file.
+    pub holder: String,
+    /// The lock file.
+    pub path: String,
+}
+
+impl StateDir {
+    /// The state directory at `path` (created when first needed).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StateDir { path: path.into() }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    fn ensure(&self) -> Result<()> {
+        fs_err::create_dir_all(&self.path)
+            .with_context(|| format!("cannot create the state directory `{}`", self.path.display()))
+    }
+
+    /// Takes the writers' lock, waiting for it when `wait`, and records `who` holds it.
+    pub fn lock(&self, who: &str, wait: bool) -> Result<LockGuard> {
+        self.ensure()?;
+        let path = self.file("lock");
+        let file = fs_err::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?
+            .into_parts()
+            .0;
+        let arg = if wait {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockExclusiveNonblock
+        };
+        let mut lock = match Flock::lock(file, arg) {
+            Ok(lock) => lock,
+            Err((mut file, _)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(LockBusy {
+                    holder: holder.trim().to_owned(),
+                    path: path.display().to_string(),
+                }
+                .into());
+            }
+        };
+        lock.set_len(0)?;
+        lock.rewind()?;
+        let _ = write!(lock, "{who}, pid {}", std::process::id());
+        Ok(LockGuard { _lock: lock })
+    }
+
+    fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<Option<T>> {
+        let path = self.file(name);
+        match fs_err::read_to_string(&path) {
+            Ok(text) => Ok(Some(
+                serde_json::from_str(&text).with_context(|| format!("`{}` is damaged", path.display()))?,
+            )),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Writes a file atomically (temporary file, then rename).
+    fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        self.ensure()?;
+        let path = self.file(name);
+        let temporary = self.file(&format!(".{name}.tmp"));
+        fs_err::write(&temporary, serde_json::to_vec_pretty(value)?)?;
+        fs_err::rename(&temporary, &path)?;
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        match fs_err::remove_file(self.file(name)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The apply waiting for confirmation, if any.
+    pub fn pending(&self) -> Result<Option<PendingApply>> {
+        self.read_json("pending-apply.json")
+    }
+
+    /// Records an apply waiting for confirmation.
+    pub fn set_pending(&self, pending: &PendingApply) -> Result<()> {
+        self.write_json("pending-apply.json", pending)
+    }
+
+    /// Forgets the pending apply.
+    pub fn clear_pending(&self) -> Result<()> {
+        self.remove("pending-apply.json")
+    }
+
+    /// What happened to the last unconfirmed apply.
+    pub fn last_rollback(&self) -> Result<Option<RollbackRecord>> {
+        self.read_json("last-rollback.json")
+    }
+
+    /// Records what happened to an unconfirmed apply.
+    pub fn set_last_rollback(&self, record: &RollbackRecord) -> Result<()> {
+        self.write_json("last-rollback.json", record)
+    }
+
+    /// The index of the rules last applied.
+    pub fn applied(&self) -> Result<Option<AppliedIndex>> {
+        self.read_json("applied.json")
+    }
+
+    /// Records the index of the rules just applied.
+    pub fn set_applied(&self, index: &AppliedIndex) -> Result<()> {
+        self.write_json("applied.json", index)
+    }
+
+    /// The daemon's status, if a daemon wrote one.
+    pub fn daemon_status(&self) -> Result<Option<serde_json::Value>> {
+        self.read_json("daemon.json")
+    }
+
+    /// Writes the daemon's status.
+    pub fn set_daemon_status(&self, status: &serde_json::Value) -> Result<()> {
+        self.write_json("daemon.json", status)
+    }
+}
+
+/// An apply that is rolled back unless confirmed in time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PendingApply {
+    /// Random id, so a watcher only acts on its own apply.
+    pub id: String,
+    /// The backend that wrote it.
+    pub backend: Backend,
+    /// Families programmed.
+    pub families: Vec<IpFamily>,
+    /// Seconds since the epoch after which it is rolled back.
+    pub deadline: u64,
+    /// The rollback watcher's pid.
+    pub watcher_pid: Option<u32>,
+    /// What the kernel held before: restored on rollback.
+    pub previous: State,
+}
+
+/// What became of an unconfirmed apply.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RollbackRecord {
+    /// The pending apply's id.
+    pub id: String,
+    /// Seconds since the epoch.
+    pub at: u64,
+    /// What happened, in words.
+    pub outcome: String,
+}
+
+/// One applied rule that carries a policy rule's verdict.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OriginEntry {
+    /// Family.
+    pub family: IpFamily,
+    /// Table.
+    pub table: Table,
+    /// Chain.
+    pub chain: String,
+    /// The rule's hash.
+    pub hash: String,
+    /// The policy rule.
+    pub origin: RuleOrigin,
+}
+
+/// Which kernel rules carry which policy rule's verdict, as last applied.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AppliedIndex {
+    /// Seconds since the epoch.
+    pub applied_at: u64,
+    /// The entries.
+    pub origins: Vec<OriginEntry>,
+}
+
+/// Seconds since the epoch.
+pub fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
