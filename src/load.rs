@@ -617,15 +617,15 @@ fn clean_yaml_message(message: &str) -> String {
     if let Some(rest) = text.strip_prefix("error: ") {
         text = rest;
     }
-    if let Some(rest) = text.strip_prefix("line ") {
-        if let Some(colon) = rest.find(": ") {
-            let position = &rest[..colon];
-            if position
-                .split(" column ")
-                .all(|part| part.bytes().all(|b| b.is_ascii_digit()))
-            {
-                text = &rest[colon + 2..];
-            }
+    if let Some(rest) = text.strip_prefix("line ")
+        && let Some(colon) = rest.find(": ")
+    {
+        let position = &rest[..colon];
+        if position
+            .split(" column ")
+            .all(|part| part.bytes().all(|b| b.is_ascii_digit()))
+        {
+            text = &rest[colon + 2..];
         }
     }
     let first_line = text.lines().next().unwrap_or(text);

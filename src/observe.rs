@@ -16,7 +16,9 @@ use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, Tabl
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ObserveError {
     /// The iptables variant refuses to show a table (iptables-legacy next to nft rules).
-    #[error("`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend")]
+    #[error(
+        "`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend"
+    )]
     Incompatible {
         /// The table.
         table: String,
@@ -44,7 +46,9 @@ fn is_ours(rule: &str) -> bool {
     let mut words = rule.split_whitespace();
     while let Some(word) = words.next() {
         if matches!(word, "-j" | "--jump" | "-g" | "--goto")
-            && words.next().is_some_and(|target| target.starts_with(CHAIN_PREFIX))
+            && words
+                .next()
+                .is_some_and(|target| target.starts_with(CHAIN_PREFIX))
         {
             return true;
         }
@@ -54,24 +58,27 @@ fn is_ours(rule: &str) -> bool {
 
 /// Splits `[packets:bytes] rest` into counters and rest.
 fn split_counters(line: &str) -> (Option<Counters>, &str) {
-    if let Some(rest) = line.strip_prefix('[') {
-        if let Some((numbers, rule)) = rest.split_once("] ") {
-            if let Some((packets, bytes)) = numbers.split_once(':') {
-                if let (Ok(packets), Ok(bytes)) = (packets.parse(), bytes.parse()) {
-                    return (Some(Counters { packets, bytes }), rule);
-                }
-            }
-        }
+    if let Some(rest) = line.strip_prefix('[')
+        && let Some((numbers, rule)) = rest.split_once("] ")
+        && let Some((packets, bytes)) = numbers.split_once(':')
+        && let (Ok(packets), Ok(bytes)) = (packets.parse(), bytes.parse())
+    {
+        return (Some(Counters { packets, bytes }), rule);
     }
     (None, line)
 }
 
 /// Parses `iptables-save` output (with or without `-c`) for one family into `state`, keeping
 /// only the tables nodeport-guard uses.
-pub fn parse_iptables_save(text: &str, family: IpFamily, state: &mut State) -> Result<(), ObserveError> {
+pub fn parse_iptables_save(
+    text: &str,
+    family: IpFamily,
+    state: &mut State,
+) -> Result<(), ObserveError> {
     let mut current: Option<(Table, TableState, BTreeSet<String>)> = None;
     let mut positions: std::collections::BTreeMap<String, usize> = Default::default();
-    let finish = |current: &mut Option<(Table, TableState, BTreeSet<String>)>, state: &mut State| {
+    let finish = |current: &mut Option<(Table, TableState, BTreeSet<String>)>,
+                  state: &mut State| {
         if let Some((table, mut table_state, declared)) = current.take() {
             // A chain of ours that exists but is empty is still ours.
             for chain in declared {
@@ -118,7 +125,11 @@ pub fn parse_iptables_save(text: &str, family: IpFamily, state: &mut State) -> R
         let Some(after) = rule.strip_prefix("-A ") else {
             continue;
         };
-        let chain = after.split_whitespace().next().unwrap_or_default().to_owned();
+        let chain = after
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         let position = positions.entry(chain.clone()).or_insert(0);
         *position += 1;
         let rule_line = RuleLine {
@@ -210,16 +221,37 @@ COMMIT
             family: IpFamily::V4,
             table: Table::Mangle,
         }];
-        assert_eq!(mangle.chains.keys().collect::<Vec<_>>(), vec!["npg-PREROUTING", "npg-empty"]);
+        assert_eq!(
+            mangle.chains.keys().collect::<Vec<_>>(),
+            vec!["npg-PREROUTING", "npg-empty"]
+        );
         let ours = &mangle.chains["npg-PREROUTING"];
         assert_eq!(ours[0].hash.as_deref(), Some("Xy12"));
-        assert_eq!(ours[0].counters, Some(Counters { packets: 4, bytes: 240 }));
-        assert_eq!(ours[1].hash, None, "a foreign rule inside our chain has no hash");
+        assert_eq!(
+            ours[0].counters,
+            Some(Counters {
+                packets: 4,
+                bytes: 240
+            })
+        );
+        assert_eq!(
+            ours[1].hash, None,
+            "a foreign rule inside our chain has no hash"
+        );
         let hooks = &mangle.hooks["PREROUTING"];
-        assert_eq!(hooks.iter().map(|h| h.position).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            hooks.iter().map(|h| h.position).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
         assert_eq!(hooks[0].rule.hash.as_deref(), Some("AbC_d-123"));
-        assert_eq!(hooks[0].rule.text, "-A PREROUTING -m comment --comment \"npg:AbC_d-123\" -j npg-PREROUTING");
-        assert_eq!(hooks[1].rule.hash, None, "a jump to our chain without our comment is still ours");
+        assert_eq!(
+            hooks[0].rule.text,
+            "-A PREROUTING -m comment --comment \"npg:AbC_d-123\" -j npg-PREROUTING"
+        );
+        assert_eq!(
+            hooks[1].rule.hash, None,
+            "a jump to our chain without our comment is still ours"
+        );
         assert_eq!(mangle.hooks["USER-CHAIN"].len(), 1);
     }
 
@@ -240,15 +272,29 @@ COMMIT
         parse_ipset_save(text, &mut state);
         assert_eq!(state.sets.len(), 2);
         assert_eq!(state.sets["npg4-this-host"].kind, "hash:ip");
-        assert!(state.sets["npg4-this-host"].members.contains("198.51.100.1"));
+        assert!(
+            state.sets["npg4-this-host"]
+                .members
+                .contains("198.51.100.1")
+        );
         assert_eq!(state.sets["npg6-p-x"].family, IpFamily::V6);
-        assert!(state.sets["npg6-p-x"].members.contains("2001:db8::1,tcp:8080"));
+        assert!(
+            state.sets["npg6-p-x"]
+                .members
+                .contains("2001:db8::1,tcp:8080")
+        );
     }
 
     #[test]
     fn hashes_are_found_quoted_or_not() {
-        assert_eq!(rule_hash("-A x -m comment --comment \"npg:abc\" -j y").as_deref(), Some("abc"));
-        assert_eq!(rule_hash("-A x -m comment --comment npg:abc -j y").as_deref(), Some("abc"));
+        assert_eq!(
+            rule_hash("-A x -m comment --comment \"npg:abc\" -j y").as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            rule_hash("-A x -m comment --comment npg:abc -j y").as_deref(),
+            Some("abc")
+        );
         assert_eq!(rule_hash("-A x -m comment --comment \"other\" -j y"), None);
     }
 }

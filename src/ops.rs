@@ -27,7 +27,9 @@ pub fn resolve_backend(choice: BackendChoice, runner: &SystemRunner) -> Result<B
     match choice {
         BackendChoice::IptablesLegacy => Ok(Backend::IptablesLegacy),
         BackendChoice::IptablesNft => Ok(Backend::IptablesNft),
-        BackendChoice::Nftables => bail!("the nftables backend is not available in this build; use `iptables-nft`"),
+        BackendChoice::Nftables => {
+            bail!("the nftables backend is not available in this build; use `iptables-nft`")
+        }
         BackendChoice::Auto => {
             let (backend, reason) = detect::detect(runner);
             tracing::info!(%backend, reason, "backend chosen");
@@ -38,7 +40,11 @@ pub fn resolve_backend(choice: BackendChoice, runner: &SystemRunner) -> Result<B
 
 /// The families a ruleset programs.
 pub fn families(ruleset: &Ruleset) -> Vec<IpFamily> {
-    ruleset.families.iter().map(|family| family.family).collect()
+    ruleset
+        .families
+        .iter()
+        .map(|family| family.family)
+        .collect()
 }
 
 /// The desired state of a ruleset for a backend.
@@ -54,7 +60,8 @@ pub fn origin_index(ruleset: &Ruleset) -> AppliedIndex {
     for (family, table, chain) in ruleset.chains() {
         for rule in &chain.rules {
             if let Some(origin) = &rule.origin {
-                let rendered = crate::render::iptables::render_rule(table, &chain.name, rule, family);
+                let rendered =
+                    crate::render::iptables::render_rule(table, &chain.name, rule, family);
                 origins.push(OriginEntry {
                     family,
                     table,
@@ -127,7 +134,12 @@ fn print_plan(plan: &Plan) {
 }
 
 /// `plan`.
-pub fn plan_command(settings: &Settings, detailed: bool, json: bool, out: Option<&Path>) -> Result<ExitCode> {
+pub fn plan_command(
+    settings: &Settings,
+    detailed: bool,
+    json: bool,
+    out: Option<&Path>,
+) -> Result<ExitCode> {
     let runner = SystemRunner;
     let Some(prepared) = prepare(settings, &runner)? else {
         return Ok(ExitCode::from(1));
@@ -171,7 +183,11 @@ pub fn plan_command(settings: &Settings, detailed: bool, json: bool, out: Option
             policies_dir: settings.config.policies_dir.display().to_string(),
         };
         fs_err::write(path, serde_json::to_vec_pretty(&saved)?)?;
-        eprintln!("Saved the plan to `{}`; apply it with `nodeport-guard apply {}`.", path.display(), path.display());
+        eprintln!(
+            "Saved the plan to `{}`; apply it with `nodeport-guard apply {}`.",
+            path.display(),
+            path.display()
+        );
     }
     Ok(if detailed && !changes.is_empty() {
         ExitCode::from(2)
@@ -206,8 +222,10 @@ pub fn apply_command(
     let state_dir = StateDir::new(&settings.state_dir);
     let (backend, families, desired, index, expected_observed) = match plan_file {
         Some(path) => {
-            let saved: SavedPlan = serde_json::from_slice(&fs_err::read(path)?)
-                .with_context(|| format!("`{}` is not a plan saved by `plan --out`", path.display()))?;
+            let saved: SavedPlan =
+                serde_json::from_slice(&fs_err::read(path)?).with_context(|| {
+                    format!("`{}` is not a plan saved by `plan --out`", path.display())
+                })?;
             let set = load_policies(std::slice::from_ref(&settings.config.policies_dir));
             if set.fingerprint != saved.policies {
                 bail!(
@@ -215,7 +233,13 @@ pub fn apply_command(
                     settings.config.policies_dir.display()
                 );
             }
-            (saved.backend, saved.families, saved.desired, saved.index, Some(saved.observed))
+            (
+                saved.backend,
+                saved.families,
+                saved.desired,
+                saved.index,
+                Some(saved.observed),
+            )
         }
         None => {
             let Some(prepared) = prepare(settings, &runner)? else {
@@ -239,10 +263,10 @@ pub fn apply_command(
         families: families.clone(),
     };
     let observed = dataplane.observe()?;
-    if let Some(expected) = expected_observed {
-        if observed.fingerprint() != expected {
-            bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
-        }
+    if let Some(expected) = expected_observed
+        && observed.fingerprint() != expected
+    {
+        bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
     }
     let changes = plan::plan(&desired, &observed);
     if changes.is_empty() {
@@ -271,7 +295,9 @@ fn start_confirm_window(
     previous: State,
     seconds: u64,
 ) -> Result<()> {
-    let id = crate::compile::names::hash(&format!("{}-{}", std::process::id(), now_seconds()))[..12].to_owned();
+    let id = crate::compile::names::hash(&format!("{}-{}", std::process::id(), now_seconds()))
+        [..12]
+        .to_owned();
     let mut pending = PendingApply {
         id: id.clone(),
         backend,
@@ -281,7 +307,8 @@ fn start_confirm_window(
         previous,
     };
     state_dir.set_pending(&pending)?;
-    let exe = std::env::current_exe().context("cannot find this program to start the rollback watcher")?;
+    let exe = std::env::current_exe()
+        .context("cannot find this program to start the rollback watcher")?;
     use std::os::unix::process::CommandExt as _;
     let child = std::process::Command::new(exe)
         .arg("--state-dir")
@@ -309,7 +336,10 @@ pub fn confirm_command(settings: &Settings) -> Result<ExitCode> {
     let _lock = state_dir.lock("nodeport-guard confirm", true)?;
     let Some(pending) = state_dir.pending()? else {
         match state_dir.last_rollback()? {
-            Some(record) => eprintln!("error: no apply is waiting for confirmation; the last one ({}) {}", record.id, record.outcome),
+            Some(record) => eprintln!(
+                "error: no apply is waiting for confirmation; the last one ({}) {}",
+                record.id, record.outcome
+            ),
             None => eprintln!("error: no apply is waiting for confirmation"),
         }
         return Ok(ExitCode::from(1));
@@ -344,7 +374,9 @@ pub fn rollback_watch(state_dir: &Path, id: &str) -> Result<ExitCode> {
     }
     let wait = pending.deadline.saturating_sub(now_seconds());
     // A hang-up of the terminal that started us must not cancel the rollback.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let sleep = tokio::time::sleep(Duration::from_secs(wait));
@@ -443,7 +475,10 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
             None => AppliedIndex::default(),
         },
     };
-    let mut totals: std::collections::BTreeMap<(String, crate::model::Direction, usize), (u64, u64)> = Default::default();
+    let mut totals: std::collections::BTreeMap<
+        (String, crate::model::Direction, usize),
+        (u64, u64),
+    > = Default::default();
     for entry in &index.origins {
         let key = state::TableKey {
             family: entry.family,
@@ -453,10 +488,18 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
             .tables
             .get(&key)
             .and_then(|table| table.chains.get(&entry.chain))
-            .and_then(|rules| rules.iter().find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str())))
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
+            })
             .and_then(|rule| rule.counters);
         let total = totals
-            .entry((entry.origin.policy.clone(), entry.origin.direction, entry.origin.rule_index))
+            .entry((
+                entry.origin.policy.clone(),
+                entry.origin.direction,
+                entry.origin.rule_index,
+            ))
             .or_default();
         if let Some(counters) = counters {
             total.0 += counters.packets;
@@ -486,8 +529,17 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut stdout = std::io::stdout().lock();
-    let width = rows.iter().map(|row| row.policy.len()).max().unwrap_or(6).max(6);
-    writeln!(stdout, "{:width$}  {:9}  {:>4}  {:>12}  {:>14}", "POLICY", "DIRECTION", "RULE", "PACKETS", "BYTES")?;
+    let width = rows
+        .iter()
+        .map(|row| row.policy.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    writeln!(
+        stdout,
+        "{:width$}  {:9}  {:>4}  {:>12}  {:>14}",
+        "POLICY", "DIRECTION", "RULE", "PACKETS", "BYTES"
+    )?;
     for row in &rows {
         writeln!(
             stdout,
@@ -503,7 +555,11 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
         writeln!(stdout, "(no policy rules are applied)")?;
     }
     if let Some(pending) = pending {
-        writeln!(stdout, "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).", pending.deadline.saturating_sub(now_seconds()))?;
+        writeln!(
+            stdout,
+            "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
+            pending.deadline.saturating_sub(now_seconds())
+        )?;
     }
     if let Some(daemon) = daemon {
         if let Some(line) = daemon.get("summary").and_then(|s| s.as_str()) {

@@ -250,7 +250,9 @@ fn hook_change(chain: &str, wanted: Option<&HookRule>, present: &[HookRule]) -> 
     let reason = match (wanted, present) {
         (None, []) => return None,
         (Some(want), [have])
-            if have.position == 1 && have.rule.hash.is_some() && have.rule.hash == want.rule.hash =>
+            if have.position == 1
+                && have.rule.hash.is_some()
+                && have.rule.hash == want.rule.hash =>
         {
             return None;
         }
@@ -260,7 +262,10 @@ fn hook_change(chain: &str, wanted: Option<&HookRule>, present: &[HookRule]) -> 
             have.position
         ),
         (Some(_), [_]) => format!("replace our jump in `{chain}`"),
-        (Some(_), _) => format!("`{chain}` holds {} rules of ours; keep one at position 1", present.len()),
+        (Some(_), _) => format!(
+            "`{chain}` holds {} rules of ours; keep one at position 1",
+            present.len()
+        ),
         (None, _) => format!("remove our rules from `{chain}`"),
     };
     Some(HookChange {
@@ -342,7 +347,11 @@ pub fn render(plan: &Plan, style: Style) -> String {
             let _ = writeln!(
                 out,
                 "{}",
-                paint(&format!("# {verb} chain {} ({})", chain.name, table.key), "1", style)
+                paint(
+                    &format!("# {verb} chain {} ({})", chain.name, table.key),
+                    "1",
+                    style
+                )
             );
             out.push_str(&chain_diff(chain, style));
             out.push('\n');
@@ -354,7 +363,11 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 paint(&format!("# {} ({})", hook.reason, table.key), "1", style)
             );
             for removed in &hook.remove {
-                let _ = writeln!(out, "{}", paint(&format!("-{}", removed.rule.text), "31", style));
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    paint(&format!("-{}", removed.rule.text), "31", style)
+                );
             }
             if let Some(insert) = &hook.insert {
                 let line = insert.text.replacen("-A ", "-I ", 1).replacen(
@@ -383,7 +396,11 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 style
             )
         );
-        let limit = if style.max_members == 0 { usize::MAX } else { style.max_members };
+        let limit = if style.max_members == 0 {
+            usize::MAX
+        } else {
+            style.max_members
+        };
         for (sign, members, code) in [("-", &set.remove, "31"), ("+", &set.add, "32")] {
             for member in members.iter().take(limit) {
                 let _ = writeln!(out, "{}", paint(&format!("{sign}{member}"), code, style));
@@ -407,7 +424,12 @@ fn chain_diff(chain: &ChainChange, style: Style) -> String {
         .map(|rule| {
             rule.hash
                 .as_ref()
-                .and_then(|hash| chain.after.iter().find(|want| want.hash.as_ref() == Some(hash)))
+                .and_then(|hash| {
+                    chain
+                        .after
+                        .iter()
+                        .find(|want| want.hash.as_ref() == Some(hash))
+                })
                 .map_or_else(|| rule.text.clone(), |want| want.text.clone())
         })
         .collect();
@@ -427,7 +449,11 @@ fn chain_diff(chain: &ChainChange, style: Style) -> String {
             let _ = writeln!(
                 out,
                 "{}",
-                if code.is_empty() { text } else { paint(&text, code, style) }
+                if code.is_empty() {
+                    text
+                } else {
+                    paint(&text, code, style)
+                }
             );
         }
     }
@@ -482,15 +508,24 @@ mod tests {
     }
 
     fn jump() -> RuleLine {
-        line("j", "-A PREROUTING -m comment --comment \"npg:j\" -j npg-PREROUTING")
+        line(
+            "j",
+            "-A PREROUTING -m comment --comment \"npg:j\" -j npg-PREROUTING",
+        )
     }
 
     #[test]
     fn equal_states_need_nothing() {
-        let desired = state(&[("npg-a", vec![line("1", "-A npg-a one")])], Some((1, jump())));
+        let desired = state(
+            &[("npg-a", vec![line("1", "-A npg-a one")])],
+            Some((1, jump())),
+        );
         assert!(plan(&desired, &desired).is_empty());
         // Spelling differences do not matter: only hashes are compared.
-        let observed = state(&[("npg-a", vec![line("1", "-A npg-a ONE as saved")])], Some((1, jump())));
+        let observed = state(
+            &[("npg-a", vec![line("1", "-A npg-a ONE as saved")])],
+            Some((1, jump())),
+        );
         assert!(plan(&desired, &observed).is_empty());
     }
 
@@ -507,7 +542,13 @@ mod tests {
         let observed = state(
             &[
                 ("npg-same", vec![line("2", "-A npg-same y")]),
-                ("npg-changed", vec![line("3", "-A npg-changed z"), line("", "-A npg-changed -j ACCEPT")]),
+                (
+                    "npg-changed",
+                    vec![
+                        line("3", "-A npg-changed z"),
+                        line("", "-A npg-changed -j ACCEPT"),
+                    ],
+                ),
                 ("npg-old", vec![]),
             ],
             Some((1, jump())),
@@ -527,10 +568,20 @@ mod tests {
             ]
         );
         let summary = plan.summary();
-        assert_eq!((summary.chains_to_add, summary.chains_to_change, summary.chains_to_remove), (1, 1, 1));
+        assert_eq!(
+            (
+                summary.chains_to_add,
+                summary.chains_to_change,
+                summary.chains_to_remove
+            ),
+            (1, 1, 1)
+        );
         let text = render(&plan, Style::default());
         assert!(text.contains("-A npg-changed -j ACCEPT\n"), "{text}");
-        assert!(text.contains("# create chain npg-new (IPv4 mangle)"), "{text}");
+        assert!(
+            text.contains("# create chain npg-new (IPv4 mangle)"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -555,15 +606,29 @@ mod tests {
             members: members.iter().map(|m| (*m).to_owned()).collect(),
         };
         let mut desired = State::default();
-        desired.sets.insert("npg4-a".into(), set("hash:net", &["192.0.2.0/24", "198.51.100.1"]));
+        desired.sets.insert(
+            "npg4-a".into(),
+            set("hash:net", &["192.0.2.0/24", "198.51.100.1"]),
+        );
         desired.sets.insert("npg4-b".into(), set("hash:net", &[]));
-        desired.sets.insert("npg4-c".into(), set("hash:net", &["192.0.2.1"]));
+        desired
+            .sets
+            .insert("npg4-c".into(), set("hash:net", &["192.0.2.1"]));
         let mut observed = State::default();
-        observed.sets.insert("npg4-a".into(), set("hash:net", &["192.0.2.0/24", "203.0.113.1"]));
-        observed.sets.insert("npg4-c".into(), set("hash:ip", &["192.0.2.1"]));
+        observed.sets.insert(
+            "npg4-a".into(),
+            set("hash:net", &["192.0.2.0/24", "203.0.113.1"]),
+        );
+        observed
+            .sets
+            .insert("npg4-c".into(), set("hash:ip", &["192.0.2.1"]));
         observed.sets.insert("npg4-d".into(), set("hash:net", &[]));
         let plan = plan(&desired, &observed);
-        let actions: Vec<(&str, SetAction)> = plan.sets.iter().map(|s| (s.name.as_str(), s.action)).collect();
+        let actions: Vec<(&str, SetAction)> = plan
+            .sets
+            .iter()
+            .map(|s| (s.name.as_str(), s.action))
+            .collect();
         assert_eq!(
             actions,
             vec![

@@ -383,7 +383,9 @@ impl fmt::Display for SetMember {
     /// `/128`), so desired and observed members compare equal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SetMember::Net(net) if net.prefix_len() == net.max_prefix_len() => write!(f, "{}", net.addr()),
+            SetMember::Net(net) if net.prefix_len() == net.max_prefix_len() => {
+                write!(f, "{}", net.addr())
+            }
             SetMember::Net(net) => write!(f, "{net}"),
             SetMember::Ip(ip) => write!(f, "{ip}"),
             SetMember::IpPort(ip, protocol, port) => {

@@ -133,7 +133,7 @@ fn mission_policy_chain_has_felix_shape() {
             "-A {chain} {comment} 1\" -p tcp -m multiport --dports 30008 -j MARK --set-xmark 0x40000/0x40000"
         ),
         format!(
-            "-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j NFLOG --nflog-group 1 --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-size 80"
+            "-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j NFLOG --nflog-group 1 --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-size 80 --nflog-threshold 1"
         ),
         format!("-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j DROP"),
     ];

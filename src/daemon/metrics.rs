@@ -75,8 +75,14 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
         "Policy reloads by result.",
         &[
             ("{result=\"ok\"}".into(), metrics.reloads_ok.to_string()),
-            ("{result=\"failed\"}".into(), metrics.reloads_failed.to_string()),
-            ("{result=\"refused\"}".into(), metrics.reloads_refused.to_string()),
+            (
+                "{result=\"failed\"}".into(),
+                metrics.reloads_failed.to_string(),
+            ),
+            (
+                "{result=\"refused\"}".into(),
+                metrics.reloads_refused.to_string(),
+            ),
         ],
     );
     metric(
@@ -128,7 +134,10 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
         "nodeport_guard_policy_files_invalid",
         "gauge",
         "1 when the policy files are invalid and the last good set is kept.",
-        &[(String::new(), u8::from(metrics.policy_files_invalid).to_string())],
+        &[(
+            String::new(),
+            u8::from(metrics.policy_files_invalid).to_string(),
+        )],
     );
     let labels = |counter: &RuleCounter| {
         format!(
@@ -189,7 +198,9 @@ where
             let path = first.split_whitespace().nth(1).unwrap_or("/");
             let (status, body) = match path {
                 "/metrics" => {
-                    let rules = tokio::task::spawn_blocking(counters).await.unwrap_or_default();
+                    let rules = tokio::task::spawn_blocking(counters)
+                        .await
+                        .unwrap_or_default();
                     let text = match metrics.lock() {
                         Ok(metrics) => render(&metrics, &rules),
                         Err(_) => String::new(),
@@ -205,7 +216,10 @@ where
                     if healthy {
                         ("200 OK", "ok\n".to_owned())
                     } else {
-                        ("503 Service Unavailable", "the reconcile loop is not running\n".to_owned())
+                        (
+                            "503 Service Unavailable",
+                            "the reconcile loop is not running\n".to_owned(),
+                        )
                     }
                 }
                 _ => ("404 Not Found", "not found\n".to_owned()),
@@ -245,7 +259,9 @@ mod tests {
         assert!(text.contains("nodeport_guard_reloads_total{result=\"ok\"} 3\n"));
         assert!(text.contains("nodeport_guard_policies 2\n"));
         assert!(text.contains("nodeport_guard_apply_duration_seconds_sum 0.000000\n"));
-        assert!(text.contains("nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\"} 5\n"));
+        assert!(text.contains(
+            "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\"} 5\n"
+        ));
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");

@@ -86,8 +86,12 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
     let backend = resolve_backend(settings.backend, &runner)?;
     let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
     let (sender, mut events) = mpsc::unbounded_channel();
-    let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, settings.config.debounce, sender.clone())
-        .context("cannot watch the policy directory")?;
+    let mut watcher = watch::DirectoryWatcher::start(
+        &settings.config.policies_dir,
+        settings.config.debounce,
+        sender.clone(),
+    )
+    .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
@@ -192,7 +196,8 @@ fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCoun
     let (Ok(observed), Ok(Some(index))) = (dataplane.observe(), state_dir.applied()) else {
         return Vec::new();
     };
-    let mut totals: std::collections::BTreeMap<(String, String, usize), (u64, u64)> = Default::default();
+    let mut totals: std::collections::BTreeMap<(String, String, usize), (u64, u64)> =
+        Default::default();
     for entry in &index.origins {
         let key = crate::state::TableKey {
             family: entry.family,
@@ -202,24 +207,34 @@ fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCoun
             .tables
             .get(&key)
             .and_then(|table| table.chains.get(&entry.chain))
-            .and_then(|rules| rules.iter().find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str())))
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
+            })
             .and_then(|rule| rule.counters)
             .unwrap_or_default();
         let total = totals
-            .entry((entry.origin.policy.clone(), entry.origin.direction.to_string(), entry.origin.rule_index))
+            .entry((
+                entry.origin.policy.clone(),
+                entry.origin.direction.to_string(),
+                entry.origin.rule_index,
+            ))
             .or_default();
         total.0 += counters.packets;
         total.1 += counters.bytes;
     }
     totals
         .into_iter()
-        .map(|((policy, direction, rule), (packets, bytes))| metrics::RuleCounter {
-            policy,
-            direction,
-            rule,
-            packets,
-            bytes,
-        })
+        .map(
+            |((policy, direction, rule), (packets, bytes))| metrics::RuleCounter {
+                policy,
+                direction,
+                rule,
+                packets,
+                bytes,
+            },
+        )
         .collect()
 }
 
@@ -253,7 +268,10 @@ impl Daemon {
             metrics.policy_files_invalid = false;
         }
         self.last_errors.clear();
-        if set.model.is_empty() && !self.settings.config.allow_empty && self.would_remove_protection() {
+        if set.model.is_empty()
+            && !self.settings.config.allow_empty
+            && self.would_remove_protection()
+        {
             if let Ok(mut metrics) = self.metrics.lock() {
                 metrics.reloads_refused += 1;
             }
@@ -296,7 +314,12 @@ impl Daemon {
                         metrics.last_apply_timestamp = now_seconds();
                     }
                     metrics.policies = set.model.policies.len();
-                    metrics.rules = desired.tables.values().flat_map(|t| t.chains.values()).map(Vec::len).sum();
+                    metrics.rules = desired
+                        .tables
+                        .values()
+                        .flat_map(|t| t.chains.values())
+                        .map(Vec::len)
+                        .sum();
                     metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
                 }
                 if event == Event::Resync && changed && self.last_good.is_some() {
@@ -314,7 +337,12 @@ impl Daemon {
                         "applied"
                     );
                 } else {
-                    tracing::info!(?event, policies = set.model.policies.len(), elapsed_ms = started.elapsed().as_millis() as u64, "no changes needed");
+                    tracing::info!(
+                        ?event,
+                        policies = set.model.policies.len(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "no changes needed"
+                    );
                 }
                 for warning in &compiled.warnings {
                     tracing::debug!(warning = %warning.message, "plan note");
@@ -348,11 +376,18 @@ impl Daemon {
     /// Whether an empty policy set would take protection away: some was applied, or the kernel
     /// holds rules of ours (from before a restart).
     fn would_remove_protection(&self) -> bool {
-        if self.last_good.as_ref().is_some_and(|good| !good.model.is_empty()) {
+        if self
+            .last_good
+            .as_ref()
+            .is_some_and(|good| !good.model.is_empty())
+        {
             return true;
         }
         let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
-        dataplane.observe().map(|state| !state.is_empty()).unwrap_or(true)
+        dataplane
+            .observe()
+            .map(|state| !state.is_empty())
+            .unwrap_or(true)
     }
 
     fn invalid(&mut self, set: &PolicySet, event: Event, facts: &HostFacts) {
@@ -378,7 +413,10 @@ impl Daemon {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.policy_files_invalid = true;
         }
-        self.summary = format!("policy files invalid ({} errors); keeping the last good rules", errors.len());
+        self.summary = format!(
+            "policy files invalid ({} errors); keeping the last good rules",
+            errors.len()
+        );
         self.last_errors = errors;
         self.write_status();
         self.repair_with_last_good(event, facts);
@@ -396,7 +434,11 @@ impl Daemon {
             let compiled = compile::compile(&good.model, &self.settings.config, facts);
             desired_state(&compiled.ruleset, self.backend)
         };
-        let families: Vec<IpFamily> = if facts.ipv6 { IpFamily::BOTH.to_vec() } else { vec![IpFamily::V4] };
+        let families: Vec<IpFamily> = if facts.ipv6 {
+            IpFamily::BOTH.to_vec()
+        } else {
+            vec![IpFamily::V4]
+        };
         let dataplane = self.dataplane(families);
         match reconcile::reconcile(&dataplane, &desired) {
             Ok(outcome) if !outcome.plan.is_empty() => {
@@ -429,14 +471,25 @@ fn describe(plan: &crate::plan::Plan) -> String {
     let mut parts = Vec::new();
     for table in &plan.tables {
         for chain in &table.chains {
-            parts.push(format!("{:?} chain {} ({})", chain.action, chain.name, table.key).to_lowercase());
+            parts.push(
+                format!("{:?} chain {} ({})", chain.action, chain.name, table.key).to_lowercase(),
+            );
         }
         for hook in &table.hooks {
             parts.push(format!("{} ({})", hook.reason, table.key));
         }
     }
     for set in &plan.sets {
-        parts.push(format!("{:?} set {} (+{} -{})", set.action, set.name, set.add.len(), set.remove.len()).to_lowercase());
+        parts.push(
+            format!(
+                "{:?} set {} (+{} -{})",
+                set.action,
+                set.name,
+                set.add.len(),
+                set.remove.len()
+            )
+            .to_lowercase(),
+        );
     }
     parts.join("; ")
 }

@@ -23,7 +23,10 @@ pub fn is_relevant(path: &Path, dir: &Path) -> bool {
     if path == dir {
         return true;
     }
-    match (path.parent(), path.file_name().and_then(|name| name.to_str())) {
+    match (
+        path.parent(),
+        path.file_name().and_then(|name| name.to_str()),
+    ) {
         (Some(parent), Some(name)) if parent == dir => {
             is_policy_file_name(name) || name == "..data"
         }
@@ -41,12 +44,20 @@ pub struct DirectoryWatcher {
 impl DirectoryWatcher {
     /// Starts watching `dir` (and its parent), sending [`Event::PoliciesChanged`] after
     /// `debounce` of quiet.
-    pub fn start(dir: &Path, debounce: Duration, events: UnboundedSender<Event>) -> notify::Result<Self> {
+    pub fn start(
+        dir: &Path,
+        debounce: Duration,
+        events: UnboundedSender<Event>,
+    ) -> notify::Result<Self> {
         let watched_dir = dir.to_path_buf();
         let handler = move |result: DebounceEventResult| match result {
             Ok(batch) => {
                 let relevant = batch.iter().any(|event| {
-                    event.need_rescan() || event.paths.iter().any(|path| is_relevant(path, &watched_dir))
+                    event.need_rescan()
+                        || event
+                            .paths
+                            .iter()
+                            .any(|path| is_relevant(path, &watched_dir))
                 });
                 if relevant {
                     let _ = events.send(Event::PoliciesChanged);
@@ -62,16 +73,19 @@ impl DirectoryWatcher {
         // Ticks faster than the debounce keep the added latency small.
         let tick = (debounce / 4).max(Duration::from_millis(10));
         let debouncer = new_debouncer(debounce, Some(tick), handler)?;
-        let parent = dir.parent().map(Path::to_path_buf).filter(|p| !p.as_os_str().is_empty());
+        let parent = dir
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty());
         let mut watcher = DirectoryWatcher {
             debouncer,
             dir: dir.to_path_buf(),
             parent,
         };
-        if let Some(parent) = &watcher.parent {
-            if let Err(error) = watcher.debouncer.watch(parent, RecursiveMode::NonRecursive) {
-                tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
-            }
+        if let Some(parent) = &watcher.parent
+            && let Err(error) = watcher.debouncer.watch(parent, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
         }
         watcher.refresh();
         Ok(watcher)
@@ -81,10 +95,10 @@ impl DirectoryWatcher {
     /// watch is gone. Called before every reload, so nothing written after it is missed.
     pub fn refresh(&mut self) {
         let _ = self.debouncer.unwatch(&self.dir);
-        if self.dir.is_dir() {
-            if let Err(error) = self.debouncer.watch(&self.dir, RecursiveMode::NonRecursive) {
-                tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
-            }
+        if self.dir.is_dir()
+            && let Err(error) = self.debouncer.watch(&self.dir, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
         }
     }
 }
@@ -102,7 +116,10 @@ mod tests {
         assert!(!is_relevant(&dir.join(".a.yaml.swp"), dir));
         assert!(!is_relevant(&dir.join("4913"), dir));
         assert!(!is_relevant(&dir.join(".a.yaml123456"), dir));
-        assert!(!is_relevant(Path::new("/etc/nodeport-guard/config.yaml"), dir));
+        assert!(!is_relevant(
+            Path::new("/etc/nodeport-guard/config.yaml"),
+            dir
+        ));
         assert!(!is_relevant(&dir.join("sub/a.yaml"), dir));
     }
 }

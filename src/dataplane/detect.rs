@@ -32,7 +32,10 @@ pub fn evidence(save_output: &str) -> Evidence {
             .any(|line| line.starts_with(":npg-") || line.contains(" -j npg-")),
         kubelet_hint: save_output.contains("KUBE-IPTABLES-HINT")
             || save_output.contains("KUBE-KUBELET-CANARY"),
-        rules: save_output.lines().filter(|line| line.starts_with("-A ")).count(),
+        rules: save_output
+            .lines()
+            .filter(|line| line.starts_with("-A "))
+            .count(),
         available: true,
     }
 }
@@ -46,9 +49,15 @@ pub fn decide(legacy: Evidence, nft: Evidence, system_default: Backend) -> (Back
     }
     if nft.ours != legacy.ours {
         return if nft.ours {
-            (Backend::IptablesNft, "our rules are already in iptables-nft")
+            (
+                Backend::IptablesNft,
+                "our rules are already in iptables-nft",
+            )
         } else {
-            (Backend::IptablesLegacy, "our rules are already in iptables-legacy")
+            (
+                Backend::IptablesLegacy,
+                "our rules are already in iptables-legacy",
+            )
         };
     }
     if nft.kubelet_hint != legacy.kubelet_hint {
@@ -74,14 +83,14 @@ pub fn detect(runner: &dyn Runner) -> (Backend, String) {
         let mut total = Evidence::default();
         for family in IpFamily::BOTH {
             let (save, _) = super::iptables::programs(backend, family);
-            if let Ok(output) = runner.run(save, &[], None) {
-                if output.success {
-                    let found = evidence(&output.stdout);
-                    total.available = true;
-                    total.ours |= found.ours;
-                    total.kubelet_hint |= found.kubelet_hint;
-                    total.rules += found.rules;
-                }
+            if let Ok(output) = runner.run(save, &[], None)
+                && output.success
+            {
+                let found = evidence(&output.stdout);
+                total.available = true;
+                total.ours |= found.ours;
+                total.kubelet_hint |= found.kubelet_hint;
+                total.rules += found.rules;
             }
         }
         total
@@ -112,18 +121,43 @@ mod tests {
     #[test]
     fn our_own_rules_win_then_kubelet_then_rule_count_then_the_system() {
         let nft_default = Backend::IptablesNft;
-        assert_eq!(decide(seen(true, false, 0), seen(false, true, 99), nft_default).0, Backend::IptablesLegacy);
-        assert_eq!(decide(seen(false, true, 0), seen(false, false, 99), nft_default).0, Backend::IptablesLegacy);
-        assert_eq!(decide(seen(false, false, 3), seen(false, false, 2), nft_default).0, Backend::IptablesLegacy);
-        assert_eq!(decide(seen(false, false, 2), seen(false, false, 3), Backend::IptablesLegacy).0, Backend::IptablesNft);
-        assert_eq!(decide(seen(false, false, 0), seen(false, false, 0), nft_default).0, Backend::IptablesNft);
+        assert_eq!(
+            decide(seen(true, false, 0), seen(false, true, 99), nft_default).0,
+            Backend::IptablesLegacy
+        );
+        assert_eq!(
+            decide(seen(false, true, 0), seen(false, false, 99), nft_default).0,
+            Backend::IptablesLegacy
+        );
+        assert_eq!(
+            decide(seen(false, false, 3), seen(false, false, 2), nft_default).0,
+            Backend::IptablesLegacy
+        );
+        assert_eq!(
+            decide(
+                seen(false, false, 2),
+                seen(false, false, 3),
+                Backend::IptablesLegacy
+            )
+            .0,
+            Backend::IptablesNft
+        );
+        assert_eq!(
+            decide(seen(false, false, 0), seen(false, false, 0), nft_default).0,
+            Backend::IptablesNft
+        );
         let missing = Evidence::default();
-        assert_eq!(decide(missing, seen(false, false, 0), Backend::IptablesLegacy).0, Backend::IptablesNft);
+        assert_eq!(
+            decide(missing, seen(false, false, 0), Backend::IptablesLegacy).0,
+            Backend::IptablesNft
+        );
     }
 
     #[test]
     fn evidence_reads_save_output() {
-        let found = evidence("*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n:npg-PREROUTING - [0:0]\n-A PREROUTING -j npg-PREROUTING\nCOMMIT\n");
+        let found = evidence(
+            "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n:npg-PREROUTING - [0:0]\n-A PREROUTING -j npg-PREROUTING\nCOMMIT\n",
+        );
         assert_eq!(found, seen(true, true, 1));
     }
 }

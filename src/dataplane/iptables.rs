@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::{Backend, Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction, TablePlan};
-use crate::render::ipset::{family_option, MAX_ELEMENTS};
+use crate::render::ipset::{MAX_ELEMENTS, family_option};
 use crate::state::State;
 
 /// How long restore waits for the xtables lock another program holds, in seconds.
@@ -18,8 +18,12 @@ pub const LOCK_WAIT_SECONDS: &str = "60";
 /// The save and restore programs of a backend and family.
 pub fn programs(backend: Backend, family: IpFamily) -> (&'static str, &'static str) {
     match (backend, family) {
-        (Backend::IptablesLegacy, IpFamily::V4) => ("iptables-legacy-save", "iptables-legacy-restore"),
-        (Backend::IptablesLegacy, IpFamily::V6) => ("ip6tables-legacy-save", "ip6tables-legacy-restore"),
+        (Backend::IptablesLegacy, IpFamily::V4) => {
+            ("iptables-legacy-save", "iptables-legacy-restore")
+        }
+        (Backend::IptablesLegacy, IpFamily::V6) => {
+            ("ip6tables-legacy-save", "ip6tables-legacy-restore")
+        }
         (Backend::IptablesNft, IpFamily::V4) => ("iptables-nft-save", "iptables-nft-restore"),
         (Backend::IptablesNft, IpFamily::V6) => ("ip6tables-nft-save", "ip6tables-nft-restore"),
     }
@@ -214,7 +218,9 @@ mod tests {
                     position: 3,
                     rule: rule("-A PREROUTING -m comment --comment \"npg:h\" -j npg-a"),
                 }],
-                insert: Some(rule("-A PREROUTING -m comment --comment \"npg:h\" -j npg-a")),
+                insert: Some(rule(
+                    "-A PREROUTING -m comment --comment \"npg:h\" -j npg-a",
+                )),
                 reason: String::new(),
             }],
         };

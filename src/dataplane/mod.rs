@@ -60,12 +60,19 @@ impl SystemRunner {
 impl Runner for SystemRunner {
     fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
         let path = Self::resolve(program).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotFound, format!("`{program}` not found"))
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{program}` not found"),
+            )
         })?;
         let started = Instant::now();
         let mut child = Command::new(path)
             .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
@@ -144,7 +151,9 @@ pub enum DataplaneError {
     #[error(transparent)]
     Observe(#[from] crate::observe::ObserveError),
     /// After applying, the kernel does not hold what was written.
-    #[error("the kernel does not hold what was just written ({0}); another program may be changing the same rules")]
+    #[error(
+        "the kernel does not hold what was just written ({0}); another program may be changing the same rules"
+    )]
     Verify(String),
 }
 
@@ -249,7 +258,10 @@ mod tests {
 
     #[test]
     fn restore_errors_point_at_the_input_line() {
-        assert_eq!(failed_line_number("iptables-restore: line 7 failed\n"), Some(7));
+        assert_eq!(
+            failed_line_number("iptables-restore: line 7 failed\n"),
+            Some(7)
+        );
         assert_eq!(
             failed_line_number("ipset v7.17: Error in line 3: Syntax error"),
             Some(3)

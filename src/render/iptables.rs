@@ -182,7 +182,7 @@ pub fn render_action(out: &mut String, action: &Action) {
         Action::Nflog { group, prefix } => {
             let _ = write!(
                 out,
-                " -j NFLOG --nflog-group {group} --nflog-prefix \"{}\" --nflog-size {NFLOG_SIZE}",
+                " -j NFLOG --nflog-group {group} --nflog-prefix \"{}\" --nflog-size {NFLOG_SIZE} --nflog-threshold 1",
                 sanitize_comment(prefix)
             );
         }

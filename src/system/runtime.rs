@@ -52,8 +52,12 @@ impl StateDir {
     }
 
     fn ensure(&self) -> Result<()> {
-        fs_err::create_dir_all(&self.path)
-            .with_context(|| format!("cannot create the state directory `{}`", self.path.display()))
+        fs_err::create_dir_all(&self.path).with_context(|| {
+            format!(
+                "cannot create the state directory `{}`",
+                self.path.display()
+            )
+        })
     }
 
     /// Takes the writers' lock, waiting for it when `wait`, and records `who` holds it.
@@ -94,9 +98,11 @@ impl StateDir {
     fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<Option<T>> {
         let path = self.file(name);
         match fs_err::read_to_string(&path) {
-            Ok(text) => Ok(Some(
-                serde_json::from_str(&text).with_context(|| format!("`{}` is damaged", path.display()))?,
-            )),
+            Ok(text) => {
+                Ok(Some(serde_json::from_str(&text).with_context(|| {
+                    format!("`{}` is damaged", path.display())
+                })?))
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(error.into()),
         }
