@@ -217,16 +217,16 @@ fn check_kernel_acceptable(ruleset: &Ruleset) -> Result<(), String> {
                     return Err(format!("bad chain name {}", chain.name));
                 }
                 for rule in &chain.rules {
-                    if let Action::Jump(target) | Action::Goto(target) = &rule.action {
-                        if !chains.contains(target.as_str()) {
-                            return Err(format!("{} jumps to missing {target}", chain.name));
-                        }
+                    if let Action::Jump(target) | Action::Goto(target) = &rule.action
+                        && !chains.contains(target.as_str())
+                    {
+                        return Err(format!("{} jumps to missing {target}", chain.name));
                     }
                     for matched in &rule.matches {
-                        if let Match::Set { name, .. } = matched {
-                            if !sets.contains(name.as_str()) {
-                                return Err(format!("{} uses missing set {name}", chain.name));
-                            }
+                        if let Match::Set { name, .. } = matched
+                            && !sets.contains(name.as_str())
+                        {
+                            return Err(format!("{} uses missing set {name}", chain.name));
                         }
                         if let Match::Ports { ports, .. } = matched {
                             let slots: usize = ports.iter().map(|p| p.slots()).sum();
