@@ -192,7 +192,7 @@ pub fn parse_file(file: FileId, source: &SourceFile) -> (Vec<RawResource>, Vec<D
 }
 
 /// Most documents one file may hold.
-pub const MAX_DOCUMENTS: usize = 10_000;
+pub const MAX_DOCUMENTS: usize = 100_000;
 
 /// One YAML document of a file: its text and where it starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

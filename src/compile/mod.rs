@@ -444,31 +444,18 @@ const FALLBACK_MARKS: MarkBits = MarkBits {
 };
 
 fn dedup_warnings(warnings: &mut Vec<Diagnostic>) {
-    let mut seen = Vec::new();
-    warnings.retain(|warning| {
-        let key = (warning.file, warning.span, warning.message.clone());
-        if seen.contains(&key) {
-            false
-        } else {
-            seen.push(key);
-            true
-        }
-    });
+    let mut seen = std::collections::HashSet::new();
+    warnings.retain(|warning| seen.insert((warning.file, warning.span, warning.message.clone())));
 }
 
-fn policy_warnings(
-    model: &Model,
-    bindings: &[Binding<'_>],
-    host: &HostFacts,
-    warnings: &mut Vec<Diagnostic>,
-) {
+fn policy_warnings(model: &Model, bindings: &[Binding<'_>], host: &HostFacts, warnings: &mut Vec<Diagnostic>) {
+    let used: std::collections::HashSet<&str> = bindings
+        .iter()
+        .flat_map(|binding| Path::ALL.iter().flat_map(move |path| path.policies(binding)))
+        .map(|policy| policy.name.as_str())
+        .collect();
     for policy in &model.policies {
-        let used = bindings.iter().any(|binding| {
-            Path::ALL
-                .iter()
-                .any(|path| path.policies(binding).iter().any(|p| p.name == policy.name))
-        });
-        if !used {
+        if !used.contains(policy.name.as_str()) {
             warnings.push(Diagnostic::warning(
                 policy.origin.file,
                 policy.origin.span,

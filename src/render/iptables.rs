@@ -30,18 +30,23 @@ pub struct RenderedRule {
 /// Makes text safe inside a double-quoted `iptables-restore` argument: characters other than
 /// letters, digits and ` _.,:;=/@%+|()#-` become `_`, and it is cut to the kernel's limit.
 pub fn sanitize_comment(text: &str) -> String {
-    let mut clean: String = text
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || " _.,:;=/@%+|()#-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    clean.truncate(MAX_COMMENT);
+    let mut clean = String::with_capacity(text.len().min(MAX_COMMENT));
+    push_sanitized(&mut clean, text);
     clean
+}
+
+/// Appends `text` sanitized as [`sanitize_comment`] does, without allocating.
+fn push_sanitized(out: &mut String, text: &str) {
+    let mut written = 0;
+    for c in text.chars() {
+        if written >= MAX_COMMENT {
+            break;
+        }
+        let safe = c.is_ascii_alphanumeric()
+            || matches!(c, ' ' | '_' | '.' | ',' | ':' | ';' | '=' | '/' | '@' | '%' | '+' | '|' | '(' | ')' | '#' | '-');
+        out.push(if safe { c } else { '_' });
+        written += 1;
+    }
 }
 
 fn protocol_name(number: u8, family: IpFamily) -> String {
@@ -180,11 +185,9 @@ pub fn render_action(out: &mut String, action: &Action) {
             let _ = write!(out, " -j MARK --set-xmark {}/{}", hex(*value), hex(*mask));
         }
         Action::Nflog { group, prefix } => {
-            let _ = write!(
-                out,
-                " -j NFLOG --nflog-group {group} --nflog-prefix \"{}\" --nflog-size {NFLOG_SIZE} --nflog-threshold 1",
-                sanitize_comment(prefix)
-            );
+            let _ = write!(out, " -j NFLOG --nflog-group {group} --nflog-prefix \"");
+            push_sanitized(out, prefix);
+            let _ = write!(out, "\" --nflog-size {NFLOG_SIZE} --nflog-threshold 1");
         }
         Action::NoTrack => out.push_str(" -j CT --notrack"),
     }
@@ -207,20 +210,33 @@ pub fn rule_body(rule: &Rule, family: IpFamily) -> String {
     body
 }
 
-/// The identity hash of a rule with this body in this table and chain.
+/// The identity hash of a rule with this body in this table and chain: the first 16
+/// characters of the URL-safe base64 of SHA-256 over `"<table> <chain><body>"`.
 pub fn rule_hash(table: Table, chain: &str, body: &str) -> String {
-    let digest = crate::compile::names::hash(&format!("{table} {chain}{body}"));
-    digest[..16].to_owned()
+    use base64::Engine as _;
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(table.as_str().as_bytes());
+    hasher.update(b" ");
+    hasher.update(chain.as_bytes());
+    hasher.update(body.as_bytes());
+    // 12 bytes encode to exactly 16 base64 characters.
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hasher.finalize()[..12])
 }
 
 /// Renders a rule of one of our chains.
 pub fn render_rule(table: Table, chain: &str, rule: &Rule, family: IpFamily) -> RenderedRule {
     let body = rule_body(rule, family);
     let hash = rule_hash(table, chain, &body);
-    RenderedRule {
-        line: format!("-A {chain} -m comment --comment \"{HASH_PREFIX}{hash}\"{body}"),
-        hash,
-    }
+    let mut line = String::with_capacity(chain.len() + body.len() + 48);
+    line.push_str("-A ");
+    line.push_str(chain);
+    line.push_str(" -m comment --comment \"");
+    line.push_str(HASH_PREFIX);
+    line.push_str(&hash);
+    line.push('"');
+    line.push_str(&body);
+    RenderedRule { line, hash }
 }
 
 /// Renders the jump from a kernel chain into ours, as an `-A` line (callers turn it into
