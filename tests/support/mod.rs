@@ -60,6 +60,13 @@
 //! }
 //! ```
 //!
+//! To run the real binary on the node, use [`guard::Guard`] (a temporary
+//! config, policy and state directory per test, every command run in the
+//! node namespace with the lab's `--backend`), [`guard::Snapshot`] to compare
+//! kernel state, [`guard::check_reachability`] to run many probes at once and
+//! `guard::backend_tests!` to turn a `fn(Backend)` into a `legacy` and an
+//! `nft` test.
+//!
 //! Kernel tests are skipped (with a visible "skipped: needs root" line) when
 //! not running as root, unless [`REQUIRE_KERNEL_TESTS_ENV`]
 //! (`NPG_REQUIRE_KERNEL_TESTS=1`) is set, in which case they fail instead: CI
@@ -112,6 +119,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod cmd;
+pub mod guard;
 pub mod lab;
 pub mod netns;
 pub mod nflog;

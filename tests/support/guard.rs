@@ -1,0 +1,649 @@
+//! Running the real `nodeport-guard` binary against a [`Lab`]'s node, and
+//! reading back what it (and everyone else) left in the node's kernel.
+//!
+//! A [`Guard`] owns a temporary directory with `config.yaml`, `policies/`
+//! and `state/`, so every test has its own runtime state (lock, pending
+//! confirmations) and tests can run in parallel. Every command runs inside
+//! the node namespace with `--config`, `--policies`, `--state-dir` and the
+//! lab's `--backend`, exactly as an operator would type it on the node.
+//!
+//! [`Snapshot`] captures `iptables-save` / `ip6tables-save` of the lab's
+//! flavour and `ipset save`, normalized so that two snapshots of the same
+//! rules compare equal (timestamps and packet counters removed), and can be
+//! split into "ours" (anything mentioning `npg`) and "everyone else's".
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cmd::CmdOutput;
+use super::lab::{Backend, Family, Lab};
+use super::sock::ConnectError;
+use super::{CONNECT_TIMEOUT, DROP_TIMEOUT};
+
+/// The binary under test, built by cargo for this test run.
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodeport-guard");
+
+/// The node name every test configures; policies and host endpoints refer
+/// to it.
+pub const NODE_NAME: &str = "node1";
+
+/// How long to wait for asynchronous kernel changes (a rollback) to show.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often to poll while waiting.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// The `--backend` value that matches a lab flavour.
+pub fn backend_arg(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Legacy => "iptables-legacy",
+        Backend::Nft => "iptables-nft",
+    }
+}
+
+/// One operator's view of the node: a config file, a policy directory and a
+/// state directory (all in a temporary directory removed on drop), and the
+/// lab whose node runs the commands.
+pub struct Guard<'lab> {
+    lab: &'lab Lab,
+    dir: tempfile::TempDir,
+}
+
+impl fmt::Debug for Guard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'lab> Guard<'lab> {
+    /// A guard with the minimal config `nodeName: node1`.
+    #[track_caller]
+    pub fn new(lab: &'lab Lab) -> Guard<'lab> {
+        Guard::with_config(lab, "")
+    }
+
+    /// A guard whose config is `nodeName: node1` followed by `extra` (YAML
+    /// lines of the config file, e.g. `"logActions: [Deny, Allow]\n"`).
+    #[track_caller]
+    pub fn with_config(lab: &'lab Lab, extra: &str) -> Guard<'lab> {
+        let dir = tempfile::Builder::new()
+            .prefix("npg-kernel-test-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let guard = Guard { lab, dir };
+        std::fs::create_dir(guard.policies_dir())
+            .unwrap_or_else(|e| panic!("cannot create the policy directory: {e}"));
+        guard.write_config(extra);
+        guard
+    }
+
+    /// Rewrites the config file: `nodeName: node1` plus `extra`.
+    #[track_caller]
+    pub fn write_config(&self, extra: &str) {
+        let text = format!("nodeName: {NODE_NAME}\n{extra}");
+        write_file(&self.config_path(), &text);
+    }
+
+    /// The lab this guard runs in.
+    pub fn lab(&self) -> &'lab Lab {
+        self.lab
+    }
+
+    /// `<tmp>/config.yaml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    /// `<tmp>/policies`.
+    pub fn policies_dir(&self) -> PathBuf {
+        self.dir.path().join("policies")
+    }
+
+    /// `<tmp>/state`.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// A path in the temporary directory (e.g. for a saved plan).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `policies/<file>` and returns its path.
+    #[track_caller]
+    pub fn write_policy(&self, file: &str, yaml: &str) -> PathBuf {
+        let path = self.policies_dir().join(file);
+        write_file(&path, yaml);
+        path
+    }
+
+    /// Removes `policies/<file>`.
+    #[track_caller]
+    pub fn remove_policy(&self, file: &str) {
+        let path = self.policies_dir().join(file);
+        std::fs::remove_file(&path)
+            .unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
+    }
+
+    /// Runs `nodeport-guard --config … --policies … --state-dir … --backend
+    /// … <args…>` inside the node namespace and returns its output whatever
+    /// the exit status. Stdin is not a terminal.
+    #[track_caller]
+    pub fn run(&self, args: &[&str]) -> CmdOutput {
+        let config = self.config_path();
+        let policies = self.policies_dir();
+        let state = self.state_dir();
+        let mut full: Vec<&str> = vec![
+            "--config",
+            path_str(&config),
+            "--policies",
+            path_str(&policies),
+            "--state-dir",
+            path_str(&state),
+            "--backend",
+            backend_arg(self.lab.backend()),
+        ];
+        full.extend_from_slice(args);
+        self.lab.node().exec(BIN, &full)
+    }
+
+    /// Runs a command that must exit with `code`; panics with the full
+    /// output otherwise. Returns the output.
+    #[track_caller]
+    pub fn run_expect(&self, args: &[&str], code: i32) -> CmdOutput {
+        let out = self.run(args);
+        if out.status.code() != Some(code) {
+            panic!("expected exit status {code}: {out}");
+        }
+        out
+    }
+
+    /// `apply --yes`, which must succeed.
+    #[track_caller]
+    pub fn apply(&self) -> CmdOutput {
+        self.run_expect(&["apply", "--yes"], 0)
+    }
+
+    /// `cleanup --yes`, which must succeed.
+    #[track_caller]
+    pub fn cleanup(&self) -> CmdOutput {
+        self.run_expect(&["cleanup", "--yes"], 0)
+    }
+
+    /// `plan --detailed-exitcode`: its exit status (0 no changes, 2 changes,
+    /// 1 error) and output.
+    #[track_caller]
+    pub fn plan_detailed(&self) -> (i32, CmdOutput) {
+        let out = self.run(&["plan", "--detailed-exitcode"]);
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("plan was killed by a signal: {out}"));
+        (code, out)
+    }
+
+    /// `status --json`, parsed.
+    #[track_caller]
+    pub fn status_json(&self) -> serde_json::Value {
+        let out = self.run_expect(&["status", "--json"], 0);
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("status --json is not JSON ({e}): {out}"))
+    }
+
+    /// A snapshot of the node's firewall state.
+    #[track_caller]
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::take(self.lab)
+    }
+
+    /// The pid of the rollback watcher of a pending apply, if any.
+    fn pending_watcher(&self) -> Option<i32> {
+        let text = std::fs::read_to_string(self.state_dir().join("pending-apply.json")).ok()?;
+        let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+        i32::try_from(value.get("watcher_pid")?.as_u64()?).ok()
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        // A test that failed between `apply --confirm-timeout` and the
+        // rollback leaves the watcher this test started; stop exactly that
+        // process (identified by its pid and its state directory argument)
+        // rather than leaving it to wake up later.
+        let Some(pid) = self.pending_watcher() else {
+            return;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        let state = self.state_dir();
+        if cmdline.contains("__rollback-watch") && cmdline.contains(path_str(&state)) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str()
+        .unwrap_or_else(|| panic!("temporary path is not UTF-8: {}", path.display()))
+}
+
+#[track_caller]
+fn write_file(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+// ---------------------------------------------------------------------------
+// Kernel state snapshots.
+// ---------------------------------------------------------------------------
+
+/// The node's firewall state as the operator sees it: `iptables-save` and
+/// `ip6tables-save` of the lab's flavour and `ipset save`, normalized (no
+/// `#` lines with timestamps, chain packet counters zeroed).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `iptables-save`.
+    pub v4: String,
+    /// `ip6tables-save`.
+    pub v6: String,
+    /// `ipset save`.
+    pub sets: String,
+}
+
+impl Snapshot {
+    /// Reads the node's state now.
+    #[track_caller]
+    pub fn take(lab: &Lab) -> Snapshot {
+        let node = lab.node();
+        let save =
+            |family| normalize_save(&super::state::iptables_save(node, lab.backend(), family));
+        Snapshot {
+            v4: save(Family::V4),
+            v6: save(Family::V6),
+            sets: node.exec_ok("ipset", &["save"]),
+        }
+    }
+
+    /// Everything that does not mention `npg`: the state other programs own.
+    pub fn foreign(&self) -> Snapshot {
+        self.filter(|line| !line.contains("npg"))
+    }
+
+    /// Only the lines that mention `npg`: our chains, rules, jumps and sets.
+    pub fn ours(&self) -> Snapshot {
+        self.filter(|line| line.contains("npg"))
+    }
+
+    /// Whether nothing mentions `npg`.
+    pub fn has_nothing_of_ours(&self) -> bool {
+        self.ours() == Snapshot::default()
+    }
+
+    /// The rules of `table` for `family`, one `-A …` line each, in order.
+    pub fn rules(&self, family: Family, table: &str, chain: &str) -> Vec<String> {
+        let text = match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        };
+        let prefix = format!("-A {chain} ");
+        table_section(text, table)
+            .filter(|line| line.starts_with(&prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Names of the chains of `table` for `family` that start with `prefix`.
+    pub fn chains(&self, family: Family, table: &str, prefix: &str) -> Vec<String> {
+        let text = match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        };
+        table_section(text, table)
+            .filter_map(|line| line.strip_prefix(':'))
+            .filter_map(|decl| decl.split_whitespace().next())
+            .filter(|name| name.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Names of the ipsets in the snapshot.
+    pub fn set_names(&self) -> Vec<String> {
+        self.sets
+            .lines()
+            .filter_map(|line| line.strip_prefix("create "))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Members of ipset `name`.
+    pub fn set_members(&self, name: &str) -> Vec<String> {
+        let prefix = format!("add {name} ");
+        self.sets
+            .lines()
+            .filter_map(|line| line.strip_prefix(&prefix))
+            .map(|member| member.trim().to_string())
+            .collect()
+    }
+
+    /// The same rules in a canonical order: per table, chain declarations
+    /// sorted by name and each chain's rules (in their own order) grouped
+    /// under the chain names in sorted order; set members sorted. Two
+    /// snapshots with equal canonical forms filter packets identically, even
+    /// if the chains were created in a different order (iptables-nft-save
+    /// prints chains in creation order).
+    pub fn canonical(&self) -> Snapshot {
+        let mut sets: Vec<&str> = self.sets.lines().collect();
+        sets.sort_unstable();
+        Snapshot {
+            v4: canonical_save(&self.v4),
+            v6: canonical_save(&self.v6),
+            sets: sets.iter().map(|line| format!("{line}\n")).collect(),
+        }
+    }
+
+    fn filter(&self, keep: impl Fn(&str) -> bool) -> Snapshot {
+        let f = |text: &str| -> String {
+            text.lines()
+                .filter(|line| keep(line))
+                .map(|line| format!("{line}\n"))
+                .collect()
+        };
+        Snapshot {
+            v4: f(&self.v4),
+            v6: f(&self.v6),
+            sets: f(&self.sets),
+        }
+    }
+
+    /// A unified diff from `self` to `other`, for failure messages.
+    pub fn diff(&self, other: &Snapshot) -> String {
+        let mut out = String::new();
+        for (what, a, b) in [
+            ("iptables-save", &self.v4, &other.v4),
+            ("ip6tables-save", &self.v6, &other.v6),
+            ("ipset save", &self.sets, &other.sets),
+        ] {
+            if a != b {
+                out.push_str(
+                    &similar::TextDiff::from_lines(a.as_str(), b.as_str())
+                        .unified_diff()
+                        .header(&format!("{what} (expected)"), &format!("{what} (actual)"))
+                        .to_string(),
+                );
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "--- iptables-save ---\n{}--- ip6tables-save ---\n{}--- ipset save ---\n{}",
+            self.v4, self.v6, self.sets
+        )
+    }
+}
+
+/// Panics with a diff unless the two snapshots are equal.
+#[track_caller]
+pub fn assert_same_state(expected: &Snapshot, actual: &Snapshot, what: &str) {
+    if expected != actual {
+        panic!(
+            "{what}: the kernel state differs:\n{}",
+            expected.diff(actual)
+        );
+    }
+}
+
+/// Zeroes the `[packets:bytes]` counters of chain declarations, which change
+/// with traffic and say nothing about the rules.
+fn normalize_save(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            if line.starts_with(':')
+                && let Some(open) = line.rfind(" [")
+            {
+                format!("{} [0:0]\n", &line[..open])
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect()
+}
+
+/// See [`Snapshot::canonical`].
+fn canonical_save(text: &str) -> String {
+    let mut out = String::new();
+    let mut declarations: Vec<&str> = Vec::new();
+    let mut rules: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for line in text.lines() {
+        if line.starts_with('*') {
+            out.push_str(line);
+            out.push('\n');
+        } else if line.starts_with(':') {
+            declarations.push(line);
+        } else if let Some(rest) = line.strip_prefix("-A ") {
+            let chain = rest.split_whitespace().next().unwrap_or_default();
+            rules.entry(chain).or_default().push(line);
+        } else if line == "COMMIT" {
+            declarations.sort_unstable();
+            for line in declarations
+                .drain(..)
+                .chain(std::mem::take(&mut rules).into_values().flatten())
+            {
+                out.push_str(line);
+                out.push('\n');
+            }
+            out.push_str("COMMIT\n");
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The lines between `*table` and its `COMMIT`.
+fn table_section<'t>(text: &'t str, table: &str) -> impl Iterator<Item = &'t str> {
+    let header = format!("*{table}");
+    text.lines()
+        .skip_while(move |line| *line != header)
+        .skip(1)
+        .take_while(|line| *line != "COMMIT")
+}
+
+// ---------------------------------------------------------------------------
+// Reachability checks.
+// ---------------------------------------------------------------------------
+
+/// What a probe from the client is expected to find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// The connection completes and this server answers.
+    Reply(&'static str),
+    /// The TCP handshake reaches the node's stack, which resets it (nothing
+    /// listens there): the firewall let the SYN through.
+    Refused,
+    /// Silently dropped: the probe times out.
+    Dropped,
+}
+
+/// One TCP (or UDP) probe from the client namespace.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// Source address on the client.
+    pub src: IpAddr,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// UDP instead of TCP.
+    pub udp: bool,
+    /// What must happen.
+    pub expect: Expect,
+}
+
+/// A TCP probe from `src` to `dst` that must get `reply`.
+pub fn open(src: impl Into<IpAddr>, dst: SocketAddr, reply: &'static str) -> Probe {
+    Probe {
+        src: src.into(),
+        dst,
+        udp: false,
+        expect: Expect::Reply(reply),
+    }
+}
+
+/// A TCP probe from `src` to `dst` that must be dropped (time out).
+pub fn dropped(src: impl Into<IpAddr>, dst: SocketAddr) -> Probe {
+    Probe {
+        src: src.into(),
+        dst,
+        udp: false,
+        expect: Expect::Dropped,
+    }
+}
+
+/// A TCP probe from `src` to a closed port `dst` that must be refused, i.e.
+/// reach the node's TCP stack.
+pub fn refused(src: impl Into<IpAddr>, dst: SocketAddr) -> Probe {
+    Probe {
+        src: src.into(),
+        dst,
+        udp: false,
+        expect: Expect::Refused,
+    }
+}
+
+impl Probe {
+    /// The same probe over UDP.
+    pub fn udp(mut self) -> Probe {
+        self.udp = true;
+        self
+    }
+
+    fn run(&self, lab: &Lab) -> Result<String, ConnectError> {
+        let timeout = match self.expect {
+            Expect::Dropped => DROP_TIMEOUT,
+            Expect::Reply(_) | Expect::Refused => CONNECT_TIMEOUT,
+        };
+        if self.udp {
+            lab.udp_probe(self.src, self.dst, timeout)
+        } else {
+            lab.connect(self.src, self.dst, timeout)
+        }
+    }
+
+    fn judge(&self, result: &Result<String, ConnectError>) -> Option<String> {
+        let ok = match (&self.expect, result) {
+            (Expect::Reply(want), Ok(got)) => want == got,
+            (Expect::Refused, Err(e)) => e.is_refused(),
+            (Expect::Dropped, Err(e)) => e.is_timeout(),
+            _ => false,
+        };
+        (!ok).then(|| {
+            format!(
+                "{} {} -> {}: expected {:?}, got {:?}",
+                if self.udp { "udp" } else { "tcp" },
+                self.src,
+                self.dst,
+                self.expect,
+                result
+            )
+        })
+    }
+}
+
+/// Runs all probes at the same time (so a batch of expected drops costs one
+/// [`DROP_TIMEOUT`], not one each) and panics listing every probe whose
+/// outcome was not the expected one.
+#[track_caller]
+pub fn check_reachability(lab: &Lab, context: &str, probes: &[Probe]) {
+    let results: Vec<Result<String, ConnectError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = probes
+            .iter()
+            .map(|probe| scope.spawn(move || probe.run(lab)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| match handle.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    let failures: Vec<String> = probes
+        .iter()
+        .zip(&results)
+        .filter_map(|(probe, result)| probe.judge(result))
+        .collect();
+    if !failures.is_empty() {
+        panic!(
+            "{context} ({} backend): {} of {} probes failed:\n  {}",
+            lab.backend(),
+            failures.len(),
+            probes.len(),
+            failures.join("\n  ")
+        );
+    }
+}
+
+/// Runs the lab's iptables for `family` in the node with `rule` split at
+/// whitespace (so no argument may contain a space), e.g. `"-t mangle -F
+/// npg-x"`; panics unless it succeeds. Reads like the command an operator
+/// would type.
+#[track_caller]
+pub fn iptables(lab: &Lab, family: Family, rule: &str) {
+    let args: Vec<&str> = rule.split_whitespace().collect();
+    lab.iptables_ok(family, &args);
+}
+
+/// `SocketAddr` shorthand.
+pub fn sa(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}
+
+// ---------------------------------------------------------------------------
+// Generating one test per backend.
+// ---------------------------------------------------------------------------
+
+/// Turns a function `fn name(backend: Backend)` into two kernel tests, one
+/// per iptables flavour:
+///
+/// ```ignore
+/// /// What user-visible behaviour this guards.
+/// fn whitelist_blocks_others(backend: Backend) {
+///     let lab = Lab::new(backend);
+///     // ...
+/// }
+/// backend_tests!(whitelist_blocks_others);
+/// ```
+///
+/// expands to a module `whitelist_blocks_others` with the tests `legacy` and
+/// `nft`, each gated with `require_kernel!()`: `cargo test
+/// whitelist_blocks_others` runs both, `cargo test ::nft` every nft variant.
+/// (The function stays outside the macro so that rustfmt formats it.)
+macro_rules! backend_tests {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn legacy() {
+                $crate::support::require_kernel!();
+                super::$name($crate::support::Backend::Legacy);
+            }
+
+            #[test]
+            fn nft() {
+                $crate::support::require_kernel!();
+                super::$name($crate::support::Backend::Nft);
+            }
+        }
+    };
+}
+pub(crate) use backend_tests;
