@@ -23,12 +23,18 @@ const SIZES: [(usize, usize); 4] = [(10, 100), (100, 1_000), (1_000, 10_000), (1
 
 fn model(policies: usize, cidrs: usize) -> Model {
     let mut sources = Sources::new();
-    let id = sources.add(SourceFile::new("generated.yaml", common::policy_set(policies, cidrs)));
+    let id = sources.add(SourceFile::new(
+        "generated.yaml",
+        common::policy_set(policies, cidrs),
+    ));
     let (resources, diagnostics) = parse_file(id, sources.get(id));
     assert!(diagnostics.is_empty(), "generated input must parse");
     let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
     let (model, diagnostics) = validate(&sources, &resources);
-    assert!(!diagnostics.iter().any(|d| d.is_error()), "generated input must validate");
+    assert!(
+        !diagnostics.iter().any(|d| d.is_error()),
+        "generated input must validate"
+    );
     model
 }
 
@@ -39,7 +45,9 @@ fn compile_and_render(model: &Model) -> usize {
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("compile+render");
-    group.sample_size(10).measurement_time(Duration::from_secs(5));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
     for (policies, cidrs) in SIZES {
         let model = model(policies, cidrs);
         group.bench_function(format!("{policies} policies, {cidrs} CIDRs"), |b| {
@@ -64,15 +72,25 @@ fn median(model: &Model, runs: usize) -> Duration {
 /// Prints the growth table: medians measured side by side in this run.
 fn growth() {
     println!("\ncompile + render, medians of this run:");
-    println!("{:>9} {:>9} {:>12} {:>14} {:>10} {:>14}", "policies", "CIDRs", "median", "per policy", "growth", "longest chain");
+    println!(
+        "{:>9} {:>9} {:>12} {:>14} {:>10} {:>14}",
+        "policies", "CIDRs", "median", "per policy", "growth", "longest chain"
+    );
     let mut previous: Option<Duration> = None;
     for (policies, cidrs) in SIZES {
         let model = model(policies, cidrs);
         let runs = if policies >= 10_000 { 5 } else { 11 };
         let time = median(&model, runs);
         let compiled = compile(&model, &Config::default(), &HostFacts::minimal("node1"));
-        let longest = compiled.ruleset.chains().map(|(_, _, c)| c.rules.len()).max().unwrap_or(0);
-        let growth = previous.map_or("-".to_owned(), |p| format!("{:.1}x", time.as_secs_f64() / p.as_secs_f64()));
+        let longest = compiled
+            .ruleset
+            .chains()
+            .map(|(_, _, c)| c.rules.len())
+            .max()
+            .unwrap_or(0);
+        let growth = previous.map_or("-".to_owned(), |p| {
+            format!("{:.1}x", time.as_secs_f64() / p.as_secs_f64())
+        });
         println!(
             "{policies:>9} {cidrs:>9} {:>10.2}ms {:>12.1}µs {growth:>10} {longest:>14}",
             time.as_secs_f64() * 1e3,

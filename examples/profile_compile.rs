@@ -5,24 +5,44 @@
 mod common;
 
 fn main() {
-    let policies: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let policies: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000);
     let mut sources = nodeport_guard::source::Sources::new();
-    let id = sources.add(nodeport_guard::source::SourceFile::new("g.yaml", common::policy_set(policies, policies * 10)));
+    let id = sources.add(nodeport_guard::source::SourceFile::new(
+        "g.yaml",
+        common::policy_set(policies, policies * 10),
+    ));
     let (resources, _) = nodeport_guard::load::parse_file(id, sources.get(id));
     let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
     let (model, _) = nodeport_guard::validate::validate(&sources, &resources);
     let started = std::time::Instant::now();
-    let compiled = nodeport_guard::compile::compile(&model, &nodeport_guard::config::Config::default(), &nodeport_guard::facts::HostFacts::minimal("n"));
+    let compiled = nodeport_guard::compile::compile(
+        &model,
+        &nodeport_guard::config::Config::default(),
+        &nodeport_guard::facts::HostFacts::minimal("n"),
+    );
     let compile_time = started.elapsed();
     let text = nodeport_guard::render::render_iptables(&compiled.ruleset);
-    eprintln!("compile {:?}, render {:?}, {} bytes", compile_time, started.elapsed() - compile_time, text.len());
+    eprintln!(
+        "compile {:?}, render {:?}, {} bytes",
+        compile_time,
+        started.elapsed() - compile_time,
+        text.len()
+    );
     breakdown(&compiled);
 }
 
 #[allow(dead_code)]
 fn breakdown(compiled: &nodeport_guard::compile::Compiled) {
     let started = std::time::Instant::now();
-    let sets: Vec<_> = compiled.ruleset.families.iter().flat_map(|f| f.sets.iter().cloned()).collect();
+    let sets: Vec<_> = compiled
+        .ruleset
+        .families
+        .iter()
+        .flat_map(|f| f.sets.iter().cloned())
+        .collect();
     let s = nodeport_guard::render::ipset::render_sets(&sets);
     eprintln!("sets {:?} {}", started.elapsed(), s.len());
     for family in &compiled.ruleset.families {
@@ -32,7 +52,11 @@ fn breakdown(compiled: &nodeport_guard::compile::Compiled) {
             eprintln!("table {:?} {}", started.elapsed(), t.len());
             let started = std::time::Instant::now();
             let state = nodeport_guard::state::desired_iptables(&compiled.ruleset);
-            eprintln!("desired state {:?} {}", started.elapsed(), state.tables.len());
+            eprintln!(
+                "desired state {:?} {}",
+                started.elapsed(),
+                state.tables.len()
+            );
         }
     }
 }

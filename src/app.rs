@@ -159,6 +159,11 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Generate { what, out_dir } => return generate(*what, out_dir),
+        // The watcher needs nothing but the state directory: a config file broken since the
+        // apply must not stop a rollback.
+        Command::RollbackWatch { id } => {
+            return crate::ops::rollback_watch(&cli.global.state_dir, id);
+        }
         _ => {}
     }
     let settings = match settings(cli) {
@@ -184,9 +189,10 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Confirm => crate::ops::confirm_command(&settings),
         Command::Cleanup { yes } => crate::ops::cleanup_command(&settings, *yes),
         Command::Status { json } => crate::ops::status_command(&settings, *json),
-        Command::RollbackWatch { id } => crate::ops::rollback_watch(&settings.state_dir, id),
         Command::Run => crate::daemon::run(settings),
-        Command::Schema { .. } | Command::Generate { .. } => Ok(ExitCode::SUCCESS),
+        Command::Schema { .. } | Command::Generate { .. } | Command::RollbackWatch { .. } => {
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -148,6 +148,7 @@ pub fn plan_command(
         backend: prepared.backend,
         runner: &runner,
         families: families(&prepared.compiled.ruleset),
+        state_dir: settings.state_dir.clone(),
     };
     let observed = dataplane.observe()?;
     let changes = plan::plan(&prepared.desired, &observed);
@@ -261,6 +262,7 @@ pub fn apply_command(
         backend,
         runner: &runner,
         families: families.clone(),
+        state_dir: settings.state_dir.clone(),
     };
     let observed = dataplane.observe()?;
     if let Some(expected) = expected_observed
@@ -279,27 +281,60 @@ pub fn apply_command(
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
     }
-    let outcome = reconcile::apply_against(&dataplane, &desired, observed)?;
+    // With a confirm window, the way back is written down before anything changes, so an
+    // interrupted apply can still be rolled back.
+    let pending = match confirm_timeout {
+        Some(seconds) => Some(record_pending(
+            &state_dir,
+            backend,
+            families,
+            observed.clone(),
+            seconds,
+        )?),
+        None => None,
+    };
+    let outcome = match reconcile::apply_against(&dataplane, &desired, observed) {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            state_dir.clear_pending().ok();
+            return Err(error.into());
+        }
+    };
     state_dir.set_applied(&index).ok();
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
-    if let Some(seconds) = confirm_timeout {
-        start_confirm_window(&state_dir, backend, families, outcome.before, seconds)?;
+    if let Some(pending) = pending {
+        if let Err(error) = start_watcher(&state_dir, pending) {
+            // Without a watcher nothing would roll back: undo now rather than leave a promise
+            // that cannot be kept.
+            let restored = reconcile::restore(&dataplane, &outcome.before);
+            state_dir.clear_pending().ok();
+            return Err(match restored {
+                Ok(()) => error.context("the previous rules were restored"),
+                Err(restore) => error.context(format!(
+                    "restoring the previous rules failed too: {restore}"
+                )),
+            });
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn start_confirm_window(
+fn record_pending(
     state_dir: &StateDir,
     backend: Backend,
     families: Vec<IpFamily>,
     previous: State,
     seconds: u64,
-) -> Result<()> {
-    let id = crate::compile::names::hash(&format!("{}-{}", std::process::id(), now_seconds()))
-        [..12]
-        .to_owned();
-    let mut pending = PendingApply {
-        id: id.clone(),
+) -> Result<PendingApply> {
+    let seed = format!(
+        "{}-{}-{}",
+        std::process::id(),
+        now_seconds(),
+        previous.fingerprint()
+    );
+    let id = crate::compile::names::hash(&seed)[..12].to_owned();
+    let pending = PendingApply {
+        id,
         backend,
         families,
         deadline: now_seconds() + seconds,
@@ -307,14 +342,18 @@ fn start_confirm_window(
         previous,
     };
     state_dir.set_pending(&pending)?;
+    Ok(pending)
+}
+
+fn start_watcher(state_dir: &StateDir, mut pending: PendingApply) -> Result<()> {
+    use std::os::unix::process::CommandExt as _;
     let exe = std::env::current_exe()
         .context("cannot find this program to start the rollback watcher")?;
-    use std::os::unix::process::CommandExt as _;
     let child = std::process::Command::new(exe)
         .arg("--state-dir")
         .arg(state_dir.path())
         .arg("__rollback-watch")
-        .arg(&id)
+        .arg(&pending.id)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -325,7 +364,8 @@ fn start_confirm_window(
     pending.watcher_pid = Some(child.id());
     state_dir.set_pending(&pending)?;
     eprintln!(
-        "Run `nodeport-guard confirm` within {seconds} s to keep these rules; otherwise the previous rules come back."
+        "Run `nodeport-guard confirm` within {} s to keep these rules; otherwise the previous rules come back.",
+        pending.deadline.saturating_sub(now_seconds())
     );
     Ok(())
 }
@@ -400,6 +440,7 @@ pub fn rollback_watch(state_dir: &Path, id: &str) -> Result<ExitCode> {
         backend: pending.backend,
         runner: &runner,
         families: pending.families.clone(),
+        state_dir: state_dir.path().to_path_buf(),
     };
     let outcome = match reconcile::restore(&dataplane, &pending.previous) {
         Ok(()) => "was not confirmed in time and was rolled back".to_owned(),
@@ -424,6 +465,7 @@ pub fn cleanup_command(settings: &Settings, yes: bool) -> Result<ExitCode> {
         backend,
         runner: &runner,
         families: IpFamily::BOTH.to_vec(),
+        state_dir: settings.state_dir.clone(),
     };
     let observed = dataplane.observe()?;
     let changes = plan::plan(&State::default(), &observed);
@@ -466,6 +508,7 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
         backend,
         runner: &runner,
         families: IpFamily::BOTH.to_vec(),
+        state_dir: settings.state_dir.clone(),
     };
     let observed = dataplane.observe()?;
     let index = match state_dir.applied()? {

@@ -91,7 +91,8 @@ pub struct SetState {
 /// Everything we own (or want to own).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
-    /// Tables with anything of ours.
+    /// Tables with anything of ours. (Saved as a list of pairs: JSON map keys must be strings.)
+    #[serde(with = "table_list")]
     pub tables: BTreeMap<TableKey, TableState>,
     /// Our sets by name.
     pub sets: BTreeMap<String, SetState>,
@@ -105,22 +106,62 @@ impl State {
 
     /// A hash of the state without counters: equal fingerprints mean the same rules and sets.
     pub fn fingerprint(&self) -> String {
-        let mut copy = self.clone();
-        for table in copy.tables.values_mut() {
-            for rules in table.chains.values_mut() {
+        use base64::Engine as _;
+        use sha2::{Digest as _, Sha256};
+        let mut hasher = Sha256::new();
+        let mut field = |text: &str| {
+            hasher.update(text.as_bytes());
+            hasher.update([0]);
+        };
+        for (key, table) in self.tables.iter().filter(|(_, table)| !table.is_empty()) {
+            field(&key.to_string());
+            for (chain, rules) in &table.chains {
+                field(chain);
                 for rule in rules {
-                    rule.counters = None;
+                    field(&rule.text);
                 }
             }
-            for rules in table.hooks.values_mut() {
-                for hook in rules {
-                    hook.rule.counters = None;
+            for (chain, hooks) in &table.hooks {
+                field(chain);
+                for hook in hooks {
+                    field(&hook.position.to_string());
+                    field(&hook.rule.text);
                 }
             }
         }
-        copy.tables.retain(|_, table| !table.is_empty());
-        let text = serde_json::to_string(&copy).unwrap_or_default();
-        crate::compile::names::hash(&text)
+        for (name, set) in &self.sets {
+            field(name);
+            field(&set.kind);
+            field(&set.family.to_string());
+            for member in &set.members {
+                field(member);
+            }
+        }
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hasher.finalize())
+    }
+}
+
+/// Serializes the tables map as a list of `[key, table]` pairs.
+mod table_list {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize as _, Deserializer, Serialize as _, Serializer};
+
+    use super::{TableKey, TableState};
+
+    pub fn serialize<S: Serializer>(
+        tables: &BTreeMap<TableKey, TableState>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        tables.iter().collect::<Vec<_>>().serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<TableKey, TableState>, D::Error> {
+        Ok(Vec::<(TableKey, TableState)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
     }
 }
 
@@ -175,4 +216,64 @@ pub fn desired_iptables(ruleset: &Ruleset) -> State {
         }
     }
     state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::IpFamily;
+
+    fn sample() -> State {
+        let mut table = TableState::default();
+        table.chains.insert(
+            "npg-a".into(),
+            vec![RuleLine {
+                hash: Some("h".into()),
+                text: "-A npg-a -j RETURN".into(),
+                counters: Some(Counters {
+                    packets: 1,
+                    bytes: 2,
+                }),
+            }],
+        );
+        let mut state = State::default();
+        state.tables.insert(
+            TableKey {
+                family: IpFamily::V6,
+                table: Table::Mangle,
+            },
+            table,
+        );
+        state
+    }
+
+    #[test]
+    fn states_survive_a_json_round_trip() {
+        let state = sample();
+        let text = serde_json::to_string(&state).expect("serializes");
+        let back: State = serde_json::from_str(&text).expect("deserializes");
+        assert_eq!(back, state);
+    }
+
+    #[test]
+    fn fingerprints_ignore_counters_but_see_every_rule() {
+        let state = sample();
+        let mut counted = state.clone();
+        if let Some(table) = counted.tables.values_mut().next() {
+            table
+                .chains
+                .values_mut()
+                .for_each(|rules| rules[0].counters = None);
+        }
+        assert_eq!(state.fingerprint(), counted.fingerprint());
+        let mut changed = state.clone();
+        if let Some(table) = changed.tables.values_mut().next() {
+            table
+                .chains
+                .values_mut()
+                .for_each(|rules| rules[0].text.push_str(" x"));
+        }
+        assert_ne!(state.fingerprint(), changed.fingerprint());
+        assert_ne!(state.fingerprint(), State::default().fingerprint());
+    }
 }

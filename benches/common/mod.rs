@@ -38,7 +38,12 @@ pub fn policy_set(policies: usize, cidrs: usize) -> String {
     let per_large = cidrs.saturating_sub(policies * 2) / (large * 2);
     let mut v4 = |rng: &mut Sequence| {
         let n = rng.next();
-        format!("{}.{}.{}.0/24", 10 + (n % 100), (n >> 8) % 256, (n >> 16) % 256)
+        format!(
+            "{}.{}.{}.0/24",
+            10 + (n % 100),
+            (n >> 8) % 256,
+            (n >> 16) % 256
+        )
     };
     for index in 0..policies {
         let is_large = index % 10 == 0;
@@ -48,7 +53,11 @@ pub fn policy_set(policies: usize, cidrs: usize) -> String {
             "---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: policy-{index:05}\nspec:\n  order: {}\n  preDNAT: true\n  applyOnForward: true\n  selector: all()\n  ingress:\n",
             index % 1000
         );
-        let count = if is_large { per_large.max(1) } else { 1 + rng.below(4) as usize };
+        let count = if is_large {
+            per_large.max(1)
+        } else {
+            1 + rng.below(4) as usize
+        };
         let nets: Vec<String> = (0..count).map(|_| v4(&mut rng)).collect();
         written += count;
         let _ = write!(

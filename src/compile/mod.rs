@@ -448,10 +448,19 @@ fn dedup_warnings(warnings: &mut Vec<Diagnostic>) {
     warnings.retain(|warning| seen.insert((warning.file, warning.span, warning.message.clone())));
 }
 
-fn policy_warnings(model: &Model, bindings: &[Binding<'_>], host: &HostFacts, warnings: &mut Vec<Diagnostic>) {
+fn policy_warnings(
+    model: &Model,
+    bindings: &[Binding<'_>],
+    host: &HostFacts,
+    warnings: &mut Vec<Diagnostic>,
+) {
     let used: std::collections::HashSet<&str> = bindings
         .iter()
-        .flat_map(|binding| Path::ALL.iter().flat_map(move |path| path.policies(binding)))
+        .flat_map(|binding| {
+            Path::ALL
+                .iter()
+                .flat_map(move |path| path.policies(binding))
+        })
         .map(|policy| policy.name.as_str())
         .collect();
     for policy in &model.policies {

@@ -191,6 +191,7 @@ fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCoun
         backend,
         runner: &runner,
         families: IpFamily::BOTH.to_vec(),
+        state_dir: settings.state_dir.clone(),
     };
     let state_dir = StateDir::new(&settings.state_dir);
     let (Ok(observed), Ok(Some(index))) = (dataplane.observe(), state_dir.applied()) else {
@@ -244,6 +245,7 @@ impl Daemon {
             backend: self.backend,
             runner: &self.runner,
             families,
+            state_dir: self.settings.state_dir.clone(),
         }
     }
 

@@ -54,6 +54,9 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
     if !sets.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
     }
+    if dataplane.backend == Backend::IptablesNft {
+        base_chains::remember_created(dataplane, plan);
+    }
     for table in &plan.tables {
         let (_, restore) = programs(dataplane.backend, table.key.family);
         let script = table_script(table);
@@ -73,11 +76,197 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
             );
         }
     }
+    if dataplane.backend == Backend::IptablesNft {
+        base_chains::remove_created(dataplane, plan);
+    }
     let destroy = ipset_destroy_script(plan);
     if !destroy.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
     Ok(())
+}
+
+/// iptables-nft makes a kernel table and base chain (`table ip mangle { chain PREROUTING … }`)
+/// exist the first time a rule goes into a built-in chain, and leaves them behind when the
+/// rule is deleted. So that `cleanup` leaves `nft list ruleset` as it found it, the base chains
+/// our jumps made exist are remembered in the state directory, and removed again when our
+/// last jump leaves them, if nobody else put anything there meanwhile.
+mod base_chains {
+    use std::collections::BTreeSet;
+    use std::path::PathBuf;
+
+    use crate::dataplane::{Dataplane, Runner};
+    use crate::model::IpFamily;
+    use crate::plan::Plan;
+    use crate::ruleset::Table;
+
+    type Created = BTreeSet<(IpFamily, Table, String)>;
+
+    fn file(dataplane: &Dataplane<'_>) -> PathBuf {
+        dataplane.state_dir.join("iptables-nft-created.json")
+    }
+
+    fn load(dataplane: &Dataplane<'_>) -> Created {
+        std::fs::read(file(dataplane))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    fn store(dataplane: &Dataplane<'_>, created: &Created) {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dataplane.state_dir)?;
+            let bytes = serde_json::to_vec(created).map_err(std::io::Error::other)?;
+            std::fs::write(file(dataplane), bytes)
+        };
+        if let Err(error) = write() {
+            tracing::debug!(%error, "cannot remember the base chains iptables-nft created");
+        }
+    }
+
+    fn nft_family(family: IpFamily) -> &'static str {
+        match family {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
+        }
+    }
+
+    /// The chain's listing, or `None` when it does not exist (or `nft` is missing).
+    fn list_chain(
+        runner: &dyn Runner,
+        family: IpFamily,
+        table: Table,
+        chain: &str,
+    ) -> Option<String> {
+        let output = runner
+            .run(
+                "nft",
+                &["list", "chain", nft_family(family), table.as_str(), chain],
+                None,
+            )
+            .ok()?;
+        output.success.then_some(output.stdout)
+    }
+
+    /// Whether a listed base chain holds no rule and accepts by default.
+    pub fn is_empty_accepting(listing: &str) -> bool {
+        let body: Vec<&str> = listing
+            .lines()
+            .map(str::trim)
+            .filter(|line| {
+                !line.is_empty()
+                    && !line.starts_with("table ")
+                    && !line.starts_with("chain ")
+                    && *line != "}"
+            })
+            .collect();
+        body.len() == 1 && body[0].starts_with("type ") && body[0].ends_with("policy accept;")
+    }
+
+    pub fn remember_created(dataplane: &Dataplane<'_>, plan: &Plan) {
+        if !dataplane.runner.exists("nft") {
+            return;
+        }
+        let mut created = load(dataplane);
+        let before = created.len();
+        for table in &plan.tables {
+            if !table.hooks.iter().any(|hook| hook.insert.is_some()) {
+                continue;
+            }
+            // An empty chain name stands for the table itself.
+            let table_key = (table.key.family, table.key.table, String::new());
+            let table_exists = dataplane
+                .runner
+                .run(
+                    "nft",
+                    &[
+                        "list",
+                        "table",
+                        nft_family(table.key.family),
+                        table.key.table.as_str(),
+                    ],
+                    None,
+                )
+                .is_ok_and(|output| output.success);
+            if !table_exists {
+                created.insert(table_key);
+            }
+            for hook in table.hooks.iter().filter(|hook| hook.insert.is_some()) {
+                let key = (table.key.family, table.key.table, hook.chain.clone());
+                if !created.contains(&key)
+                    && list_chain(
+                        dataplane.runner,
+                        table.key.family,
+                        table.key.table,
+                        &hook.chain,
+                    )
+                    .is_none()
+                {
+                    created.insert(key);
+                }
+            }
+        }
+        if created.len() != before {
+            store(dataplane, &created);
+        }
+    }
+
+    pub fn remove_created(dataplane: &Dataplane<'_>, plan: &Plan) {
+        let mut created = load(dataplane);
+        if created.is_empty() || !dataplane.runner.exists("nft") {
+            return;
+        }
+        let runner = dataplane.runner;
+        for table in &plan.tables {
+            let family = nft_family(table.key.family);
+            let name = table.key.table.as_str();
+            for hook in table.hooks.iter().filter(|hook| hook.insert.is_none()) {
+                let key = (table.key.family, table.key.table, hook.chain.clone());
+                if !created.remove(&key) {
+                    continue;
+                }
+                let empty = list_chain(runner, table.key.family, table.key.table, &hook.chain)
+                    .is_some_and(|listing| is_empty_accepting(&listing));
+                if empty {
+                    let _ =
+                        runner.run("nft", &["delete", "chain", family, name, &hook.chain], None);
+                }
+            }
+            let table_key = (table.key.family, table.key.table, String::new());
+            let our_chains_left = created.iter().any(|(f, t, chain)| {
+                *f == table.key.family && *t == table.key.table && !chain.is_empty()
+            });
+            if created.contains(&table_key) && !our_chains_left {
+                created.remove(&table_key);
+                let no_chains = runner
+                    .run("nft", &["list", "table", family, name], None)
+                    .is_ok_and(|listing| {
+                        listing.success
+                            && !listing
+                                .stdout
+                                .lines()
+                                .any(|line| line.trim_start().starts_with("chain "))
+                    });
+                if no_chains {
+                    let _ = runner.run("nft", &["delete", "table", family, name], None);
+                }
+            }
+        }
+        store(dataplane, &created);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn empty_accepting_base_chains_are_recognised() {
+            let empty = "table ip mangle {\n\tchain PREROUTING {\n\t\ttype filter hook prerouting priority mangle; policy accept;\n\t}\n}\n";
+            assert!(super::is_empty_accepting(empty));
+            let used = "table ip mangle {\n\tchain PREROUTING {\n\t\ttype filter hook prerouting priority mangle; policy accept;\n\t\tcounter packets 0 bytes 0 accept\n\t}\n}\n";
+            assert!(!super::is_empty_accepting(used));
+            let dropping = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n}\n";
+            assert!(!super::is_empty_accepting(dropping));
+        }
+    }
 }
 
 /// The temporary name a set is rebuilt under before it is swapped in.

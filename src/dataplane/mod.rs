@@ -237,6 +237,9 @@ pub struct Dataplane<'r> {
     /// The families that are programmed; the other family is still read, so leftovers of ours
     /// there are cleaned up.
     pub families: Vec<IpFamily>,
+    /// Where the backend may remember what it created (iptables-nft: the base chains it made
+    /// exist, so cleanup can remove them again).
+    pub state_dir: PathBuf,
 }
 
 impl Dataplane<'_> {

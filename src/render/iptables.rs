@@ -43,7 +43,24 @@ fn push_sanitized(out: &mut String, text: &str) {
             break;
         }
         let safe = c.is_ascii_alphanumeric()
-            || matches!(c, ' ' | '_' | '.' | ',' | ':' | ';' | '=' | '/' | '@' | '%' | '+' | '|' | '(' | ')' | '#' | '-');
+            || matches!(
+                c,
+                ' ' | '_'
+                    | '.'
+                    | ','
+                    | ':'
+                    | ';'
+                    | '='
+                    | '/'
+                    | '@'
+                    | '%'
+                    | '+'
+                    | '|'
+                    | '('
+                    | ')'
+                    | '#'
+                    | '-'
+            );
         out.push(if safe { c } else { '_' });
         written += 1;
     }
