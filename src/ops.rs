@@ -302,19 +302,19 @@ pub fn apply_command(
     };
     state_dir.set_applied(&index).ok();
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
-    if let Some(pending) = pending {
-        if let Err(error) = start_watcher(&state_dir, pending) {
-            // Without a watcher nothing would roll back: undo now rather than leave a promise
-            // that cannot be kept.
-            let restored = reconcile::restore(&dataplane, &outcome.before);
-            state_dir.clear_pending().ok();
-            return Err(match restored {
-                Ok(()) => error.context("the previous rules were restored"),
-                Err(restore) => error.context(format!(
-                    "restoring the previous rules failed too: {restore}"
-                )),
-            });
-        }
+    if let Some(pending) = pending
+        && let Err(error) = start_watcher(&state_dir, pending)
+    {
+        // Without a watcher nothing would roll back: undo now rather than leave a promise
+        // that cannot be kept.
+        let restored = reconcile::restore(&dataplane, &outcome.before);
+        state_dir.clear_pending().ok();
+        return Err(match restored {
+            Ok(()) => error.context("the previous rules were restored"),
+            Err(restore) => error.context(format!(
+                "restoring the previous rules failed too: {restore}"
+            )),
+        });
     }
     Ok(ExitCode::SUCCESS)
 }

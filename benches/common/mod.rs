@@ -36,7 +36,7 @@ pub fn policy_set(policies: usize, cidrs: usize) -> String {
     let mut written = 0usize;
     let large = (policies / 10).max(1);
     let per_large = cidrs.saturating_sub(policies * 2) / (large * 2);
-    let mut v4 = |rng: &mut Sequence| {
+    let v4 = |rng: &mut Sequence| {
         let n = rng.next();
         format!(
             "{}.{}.{}.0/24",
