@@ -37,32 +37,13 @@ pub fn sanitize_comment(text: &str) -> String {
 
 /// Appends `text` sanitized as [`sanitize_comment`] does, without allocating.
 fn push_sanitized(out: &mut String, text: &str) {
-    let mut written = 0;
-    for c in text.chars() {
-        if written >= MAX_COMMENT {
-            break;
-        }
-        let safe = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                ' ' | '_'
-                    | '.'
-                    | ','
-                    | ':'
-                    | ';'
-                    | '='
-                    | '/'
-                    | '@'
-                    | '%'
-                    | '+'
-                    | '|'
-                    | '('
-                    | ')'
-                    | '#'
-                    | '-'
-            );
-        out.push(if safe { c } else { '_' });
-        written += 1;
+    const SAFE: &str = " _.,:;=/@%+|()#-";
+    for c in text.chars().take(MAX_COMMENT) {
+        out.push(if c.is_ascii_alphanumeric() || SAFE.contains(c) {
+            c
+        } else {
+            '_'
+        });
     }
 }
 
