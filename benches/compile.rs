@@ -5,6 +5,8 @@
 //! smaller measured in the same run (near 10× means linear). It also prints the longest chain,
 //! which must stay at a few hundred rules however many policies there are.
 
+#![allow(missing_docs)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! Compiles and renders a large generated policy set once, for profilers
 //! (`perf record target/release/examples/profile_compile`).
 
+#![allow(missing_docs)]
+
 #[path = "../benches/common/mod.rs"]
 mod common;
 
