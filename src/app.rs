@@ -264,7 +264,7 @@ fn render_command(settings: &Settings) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     };
     let text = match settings.backend {
-        BackendChoice::Nftables => anyhow::bail!("the nftables backend is not available yet"),
+        BackendChoice::Nftables => crate::render::nft::render_script(&compiled.ruleset),
         _ => crate::render::render_iptables(&compiled.ruleset),
     };
     let mut stdout = std::io::stdout().lock();

@@ -27,9 +27,7 @@ pub fn resolve_backend(choice: BackendChoice, runner: &SystemRunner) -> Result<B
     match choice {
         BackendChoice::IptablesLegacy => Ok(Backend::IptablesLegacy),
         BackendChoice::IptablesNft => Ok(Backend::IptablesNft),
-        BackendChoice::Nftables => {
-            bail!("the nftables backend is not available in this build; use `iptables-nft`")
-        }
+        BackendChoice::Nftables => Ok(Backend::Nftables),
         BackendChoice::Auto => {
             let (backend, reason) = detect::detect(runner);
             tracing::info!(%backend, reason, "backend chosen");
@@ -51,17 +49,24 @@ pub fn families(ruleset: &Ruleset) -> Vec<IpFamily> {
 pub fn desired_state(ruleset: &Ruleset, backend: Backend) -> State {
     match backend {
         Backend::IptablesLegacy | Backend::IptablesNft => state::desired_iptables(ruleset),
+        Backend::Nftables => state::desired_nft(ruleset),
     }
 }
 
 /// Which kernel rules carry which policy rule's verdict.
-pub fn origin_index(ruleset: &Ruleset) -> AppliedIndex {
+pub fn origin_index(ruleset: &Ruleset, backend: Backend) -> AppliedIndex {
     let mut origins = Vec::new();
     for (family, table, chain) in ruleset.chains() {
         for rule in &chain.rules {
             if let Some(origin) = &rule.origin {
-                let rendered =
-                    crate::render::iptables::render_rule(table, &chain.name, rule, family);
+                let rendered = match backend {
+                    Backend::Nftables => {
+                        crate::render::nft::render_rule(table, &chain.name, rule, family)
+                    }
+                    Backend::IptablesLegacy | Backend::IptablesNft => {
+                        crate::render::iptables::render_rule(table, &chain.name, rule, family)
+                    }
+                };
                 origins.push(OriginEntry {
                     family,
                     table,
@@ -179,7 +184,7 @@ pub fn plan_command(
             families: dataplane.families.clone(),
             observed: observed.fingerprint(),
             policies: prepared.policies_fingerprint,
-            index: origin_index(&prepared.compiled.ruleset),
+            index: origin_index(&prepared.compiled.ruleset, prepared.backend),
             desired: prepared.desired,
             policies_dir: settings.config.policies_dir.display().to_string(),
         };
@@ -247,7 +252,7 @@ pub fn apply_command(
                 return Ok(ExitCode::from(1));
             };
             let families = families(&prepared.compiled.ruleset);
-            let index = origin_index(&prepared.compiled.ruleset);
+            let index = origin_index(&prepared.compiled.ruleset, prepared.backend);
             (prepared.backend, families, prepared.desired, index, None)
         }
     };
@@ -514,7 +519,7 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
     let index = match state_dir.applied()? {
         Some(index) => index,
         None => match compile_policies(settings) {
-            Some((_, compiled)) => origin_index(&compiled.ruleset),
+            Some((_, compiled)) => origin_index(&compiled.ruleset, backend),
             None => AppliedIndex::default(),
         },
     };

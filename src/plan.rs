@@ -370,12 +370,13 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 );
             }
             if let Some(insert) = &hook.insert {
-                let line = insert.text.replacen("-A ", "-I ", 1).replacen(
-                    &format!("-I {} ", hook.chain),
-                    &format!("-I {} 1 ", hook.chain),
-                    1,
-                );
-                let _ = writeln!(out, "{}", paint(&format!("+{line}"), "32", style));
+                let text = match insert.text.strip_prefix(&format!("-A {} ", hook.chain)) {
+                    Some(rest) => format!("-I {} 1 {rest}", hook.chain),
+                    None => insert.text.clone(),
+                };
+                for line in text.lines() {
+                    let _ = writeln!(out, "{}", paint(&format!("+{line}"), "32", style));
+                }
             }
             out.push('\n');
         }

@@ -75,7 +75,7 @@ pub fn apply_against(
         });
     }
     let result = dataplane
-        .apply(&changes)
+        .apply(&changes, desired)
         .and_then(|()| verify(dataplane, desired));
     match result {
         Ok(()) => Ok(Outcome {
@@ -111,6 +111,6 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<(), Datapl
     if changes.is_empty() {
         return Ok(());
     }
-    dataplane.apply(&changes)?;
+    dataplane.apply(&changes, previous)?;
     verify(dataplane, previous)
 }

@@ -165,6 +165,66 @@ mod table_list {
     }
 }
 
+/// The desired state of a ruleset as the nftables backend writes it: rules as `add rule`
+/// commands, hooks as base chains, members in nft's spelling.
+pub fn desired_nft(ruleset: &Ruleset) -> State {
+    use crate::render::nft;
+    let mut state = State::default();
+    for family in &ruleset.families {
+        for table in &family.tables {
+            let mut table_state = TableState::default();
+            for chain in &table.chains {
+                let rules = chain
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let rendered =
+                            nft::render_rule(table.table, &chain.name, rule, family.family);
+                        RuleLine {
+                            hash: Some(rendered.hash),
+                            text: rendered.line,
+                            counters: None,
+                        }
+                    })
+                    .collect();
+                table_state.chains.insert(chain.name.clone(), rules);
+            }
+            for hook in &table.hooks {
+                let rendered = nft::render_hook(table.table, hook, family.family);
+                table_state.hooks.insert(
+                    hook.kernel_chain.clone(),
+                    vec![HookRule {
+                        position: 1,
+                        rule: RuleLine {
+                            hash: Some(rendered.hash),
+                            text: rendered.line,
+                            counters: None,
+                        },
+                    }],
+                );
+            }
+            state.tables.insert(
+                TableKey {
+                    family: family.family,
+                    table: table.table,
+                },
+                table_state,
+            );
+        }
+        for set in &family.sets {
+            state.sets.insert(
+                set.name.clone(),
+                SetState {
+                    family: set.family,
+                    kind: nft::set_kind(set.kind, set.family),
+                    members: set.members.iter().map(nft::member_text).collect(),
+                },
+            );
+        }
+    }
+    state
+}
+
 /// The desired state of a ruleset as the iptables backends write it.
 pub fn desired_iptables(ruleset: &Ruleset) -> State {
     let mut state = State::default();

@@ -349,7 +349,9 @@ impl Daemon {
                 for warning in &compiled.warnings {
                     tracing::debug!(warning = %warning.message, "plan note");
                 }
-                let _ = self.state_dir.set_applied(&origin_index(&compiled.ruleset));
+                let _ = self
+                    .state_dir
+                    .set_applied(&origin_index(&compiled.ruleset, self.backend));
                 self.summary = format!(
                     "{} policies applied with {}; last change {}",
                     set.model.policies.len(),

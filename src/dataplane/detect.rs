@@ -5,8 +5,10 @@
 //! position. So, as kube-proxy's iptables-wrapper and Felix do:
 //! 1. where our own chains already are, stay;
 //! 2. where kubelet left its hint chains (`KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY`), go;
-//! 3. else where more rules are;
-//! 4. on a tie, what the system's `iptables` command is.
+//! 3. else, when no iptables rules exist at all but native nftables tables do (firewalld,
+//!    docker's or kube-proxy's nftables mode), native nftables;
+//! 4. else where more rules are;
+//! 5. on a tie, what the system's `iptables` command is.
 
 use super::{Backend, Runner};
 use crate::model::IpFamily;
@@ -40,7 +42,68 @@ pub fn evidence(save_output: &str) -> Evidence {
     }
 }
 
-/// Decides from the evidence. Pure.
+/// What `nft list tables` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeEvidence {
+    /// Our `nodeport_guard` table exists.
+    pub ours: bool,
+    /// Tables that are not iptables-nft's (`filter`, `nat`, `mangle`, `raw`, `security` of
+    /// `ip`/`ip6`) and not ours.
+    pub native_tables: usize,
+}
+
+/// Reads `nft list tables` output. Pure.
+pub fn native_evidence(list_tables: &str) -> NativeEvidence {
+    let mut evidence = NativeEvidence::default();
+    for line in list_tables.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("table") {
+            continue;
+        }
+        let (Some(family), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if name == crate::render::nft::TABLE {
+            evidence.ours = true;
+        } else if !(matches!(family, "ip" | "ip6")
+            && matches!(name, "filter" | "nat" | "mangle" | "raw" | "security"))
+        {
+            evidence.native_tables += 1;
+        }
+    }
+    evidence
+}
+
+/// Decides between the backends. Pure.
+pub fn decide_all(
+    legacy: Evidence,
+    nft: Evidence,
+    native: NativeEvidence,
+    system_default: Backend,
+) -> (Backend, &'static str) {
+    if native.ours && !legacy.ours && !nft.ours {
+        return (
+            Backend::Nftables,
+            "our rules are already in native nftables",
+        );
+    }
+    if !legacy.ours
+        && !nft.ours
+        && !legacy.kubelet_hint
+        && !nft.kubelet_hint
+        && legacy.rules == 0
+        && nft.rules == 0
+        && native.native_tables > 0
+    {
+        return (
+            Backend::Nftables,
+            "the host uses native nftables and no iptables rules",
+        );
+    }
+    decide(legacy, nft, system_default)
+}
+
+/// Decides between the iptables backends. Pure.
 pub fn decide(legacy: Evidence, nft: Evidence, system_default: Backend) -> (Backend, &'static str) {
     match (legacy.available, nft.available) {
         (true, false) => return (Backend::IptablesLegacy, "only iptables-legacy is installed"),
@@ -101,7 +164,11 @@ pub fn detect(runner: &dyn Runner) -> (Backend, String) {
         Ok(output) if output.stdout.contains("legacy") => Backend::IptablesLegacy,
         _ => Backend::IptablesNft,
     };
-    let (backend, reason) = decide(legacy, nft, system_default);
+    let native = match runner.run("nft", &["list", "tables"], None) {
+        Ok(output) if output.success => native_evidence(&output.stdout),
+        _ => NativeEvidence::default(),
+    };
+    let (backend, reason) = decide_all(legacy, nft, native, system_default);
     (backend, reason.to_owned())
 }
 
@@ -150,6 +217,42 @@ mod tests {
         assert_eq!(
             decide(missing, seen(false, false, 0), Backend::IptablesLegacy).0,
             Backend::IptablesNft
+        );
+    }
+
+    #[test]
+    fn native_nftables_is_chosen_only_where_iptables_is_unused() {
+        let native = native_evidence("table inet firewalld\ntable ip filter\ntable ip6 nat\n");
+        assert_eq!(
+            native,
+            NativeEvidence {
+                ours: false,
+                native_tables: 1
+            }
+        );
+        let empty = seen(false, false, 0);
+        assert_eq!(
+            decide_all(empty, empty, native, Backend::IptablesNft).0,
+            Backend::Nftables
+        );
+        assert_eq!(
+            decide_all(empty, seen(false, false, 4), native, Backend::IptablesNft).0,
+            Backend::IptablesNft
+        );
+        let ours = native_evidence("table ip nodeport_guard\n");
+        assert_eq!(
+            decide_all(empty, seen(false, false, 9), ours, Backend::IptablesLegacy).0,
+            Backend::Nftables
+        );
+        assert_eq!(
+            decide_all(
+                empty,
+                empty,
+                NativeEvidence::default(),
+                Backend::IptablesLegacy
+            )
+            .0,
+            Backend::IptablesLegacy
         );
     }
 

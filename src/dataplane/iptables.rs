@@ -24,8 +24,12 @@ pub fn programs(backend: Backend, family: IpFamily) -> (&'static str, &'static s
         (Backend::IptablesLegacy, IpFamily::V6) => {
             ("ip6tables-legacy-save", "ip6tables-legacy-restore")
         }
-        (Backend::IptablesNft, IpFamily::V4) => ("iptables-nft-save", "iptables-nft-restore"),
-        (Backend::IptablesNft, IpFamily::V6) => ("ip6tables-nft-save", "ip6tables-nft-restore"),
+        (Backend::IptablesNft | Backend::Nftables, IpFamily::V4) => {
+            ("iptables-nft-save", "iptables-nft-restore")
+        }
+        (Backend::IptablesNft | Backend::Nftables, IpFamily::V6) => {
+            ("ip6tables-nft-save", "ip6tables-nft-restore")
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod detect;
 pub mod iptables;
+pub mod nft;
 
 use std::fmt;
 use std::io::Write as _;
@@ -217,6 +218,8 @@ pub enum Backend {
     IptablesLegacy,
     /// iptables with the nf_tables kernel interface.
     IptablesNft,
+    /// Native nftables: our own `nodeport_guard` tables, written with `nft -f`.
+    Nftables,
 }
 
 impl fmt::Display for Backend {
@@ -224,6 +227,7 @@ impl fmt::Display for Backend {
         f.write_str(match self {
             Backend::IptablesLegacy => "iptables-legacy",
             Backend::IptablesNft => "iptables-nft",
+            Backend::Nftables => "nftables",
         })
     }
 }
@@ -245,13 +249,19 @@ pub struct Dataplane<'r> {
 impl Dataplane<'_> {
     /// Reads what the kernel holds of ours, with rule counters.
     pub fn observe(&self) -> Result<State, DataplaneError> {
-        iptables::observe(self)
+        match self.backend {
+            Backend::IptablesLegacy | Backend::IptablesNft => iptables::observe(self),
+            Backend::Nftables => nft::observe(self),
+        }
     }
 
-    /// Carries out a plan: sets first, then one atomic restore per table and family, then set
-    /// deletions.
-    pub fn apply(&self, plan: &Plan) -> Result<(), DataplaneError> {
-        iptables::apply(self, plan)
+    /// Carries out a plan that leads to `desired`. iptables: sets first, then one atomic
+    /// restore per table and family, then set deletions. nftables: one transaction.
+    pub fn apply(&self, plan: &Plan, desired: &State) -> Result<(), DataplaneError> {
+        match self.backend {
+            Backend::IptablesLegacy | Backend::IptablesNft => iptables::apply(self, plan),
+            Backend::Nftables => nft::apply(self, plan, desired),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod ipset;
 pub mod iptables;
+pub mod nft;
 
 use std::fmt::Write as _;
 

@@ -1,0 +1,405 @@
+//! `nft -f` text for a [`Ruleset`]: the native nftables backend.
+//!
+//! Each family gets one table, `ip nodeport_guard` or `ip6 nodeport_guard`. The iptables
+//! tables become prefixes of the chain names (`mangle-npg-PREROUTING`), and each hooked kernel
+//! chain becomes a base chain of ours at one less than the iptables priority of its table:
+//!
+//! | iptables            | our base chain        | hook        | priority           |
+//! |---------------------|-----------------------|-------------|--------------------|
+//! | raw PREROUTING      | `raw-PREROUTING`      | prerouting  | raw − 1 (−301)     |
+//! | mangle PREROUTING   | `mangle-PREROUTING`   | prerouting  | mangle − 1 (−151)  |
+//! | filter INPUT        | `filter-INPUT`        | input       | filter − 1 (−1)    |
+//! | filter FORWARD      | `filter-FORWARD`      | forward     | filter − 1 (−1)    |
+//! | filter OUTPUT       | `filter-OUTPUT`       | output      | filter − 1 (−1)    |
+//! | raw OUTPUT          | `raw-OUTPUT`          | output      | raw − 1 (−301)     |
+//!
+//! So our chains see a packet before iptables-nft's (kube-proxy's, docker's) chains of the
+//! same stage, and the pre-DNAT chain runs after connection tracking (−200) and before DNAT
+//! (−100), exactly where the iptables backends put it. Our chains never accept: a packet they
+//! let through goes on to every other table; a drop is final.
+//!
+//! Every rule carries `counter` (for `status`) and a comment starting `npg:<hash>`.
+
+use std::fmt::Write as _;
+
+use crate::model::IpFamily;
+use crate::ruleset::{
+    Action, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side, Table,
+};
+
+/// The name of our table in every family.
+pub const TABLE: &str = "nodeport_guard";
+/// Longest comment nftables keeps.
+pub const MAX_COMMENT: usize = 128;
+
+/// `ip` or `ip6`.
+pub fn family_name(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ip",
+        IpFamily::V6 => "ip6",
+    }
+}
+
+/// The nft chain holding one of our iptables-shaped chains.
+pub fn chain_name(table: Table, chain: &str) -> String {
+    format!("{table}-{chain}")
+}
+
+/// The base chain standing for a kernel chain's hook.
+pub fn base_chain_name(table: Table, kernel_chain: &str) -> String {
+    format!("{table}-{kernel_chain}")
+}
+
+/// Hook and priority of the base chain for a kernel chain of a table.
+pub fn hook_of(table: Table, kernel_chain: &str) -> (&'static str, i32) {
+    let hook = match kernel_chain {
+        "PREROUTING" => "prerouting",
+        "INPUT" => "input",
+        "FORWARD" => "forward",
+        _ => "output",
+    };
+    let priority = match table {
+        Table::Raw => -301,
+        Table::Mangle => -151,
+        Table::Filter => -1,
+    };
+    (hook, priority)
+}
+
+/// What identifies a base chain of ours: its hook, priority, policy and the chain it jumps to.
+/// Observing computes the same text from the kernel's answer.
+pub fn hook_identity(hook: &str, priority: i64, policy: &str, target: &str) -> String {
+    format!("hook {hook} priority {priority} policy {policy} jump {target}")
+}
+
+/// The comment of a rule: the hash, then the words, cut to what nftables keeps.
+fn comment(hash: &str, words: Option<&str>) -> String {
+    let mut text = format!("{}{hash}", super::iptables::HASH_PREFIX);
+    if let Some(words) = words {
+        text.push(' ');
+        text.push_str(&super::iptables::sanitize_comment(words));
+    }
+    text.truncate(MAX_COMMENT - 1);
+    text
+}
+
+fn address_word(family: IpFamily) -> &'static str {
+    family_name(family)
+}
+
+fn side_word(side: Side) -> (&'static str, &'static str) {
+    match side {
+        Side::Source => ("saddr", "sport"),
+        Side::Destination => ("daddr", "dport"),
+    }
+}
+
+fn operator(negated: bool) -> &'static str {
+    if negated { "!= " } else { "" }
+}
+
+fn protocol_name(number: u8) -> String {
+    match number {
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        1 => "icmp".into(),
+        58 => "icmpv6".into(),
+        132 => "sctp".into(),
+        136 => "udplite".into(),
+        other => other.to_string(),
+    }
+}
+
+fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
+    match matched {
+        Match::Protocol { number, negated } => {
+            let _ = write!(
+                out,
+                " meta l4proto {}{}",
+                operator(*negated),
+                protocol_name(*number)
+            );
+        }
+        Match::Net { side, net, negated } => {
+            let _ = write!(
+                out,
+                " {} {} {}{net}",
+                address_word(family),
+                side_word(*side).0,
+                operator(*negated)
+            );
+        }
+        Match::Set {
+            side,
+            name,
+            lookup,
+            negated,
+        } => {
+            let (address, port) = side_word(*side);
+            match lookup {
+                SetLookup::Address => {
+                    let _ = write!(
+                        out,
+                        " {} {address} {}@{name}",
+                        address_word(family),
+                        operator(*negated)
+                    );
+                }
+                SetLookup::AddressPort => {
+                    let _ = write!(
+                        out,
+                        " {} {address} . meta l4proto . th {port} {}@{name}",
+                        address_word(family),
+                        operator(*negated)
+                    );
+                }
+            }
+        }
+        Match::Ports {
+            side,
+            ports,
+            negated,
+        } => {
+            let list: Vec<String> = ports
+                .iter()
+                .map(|p| {
+                    if p.first == p.last {
+                        p.first.to_string()
+                    } else {
+                        format!("{}-{}", p.first, p.last)
+                    }
+                })
+                .collect();
+            let _ = write!(
+                out,
+                " th {} {}{{ {} }}",
+                side_word(*side).1,
+                operator(*negated),
+                list.join(", ")
+            );
+        }
+        Match::Icmp {
+            family: icmp_family,
+            icmp_type,
+            code,
+            negated,
+        } => {
+            let protocol = match icmp_family {
+                IpFamily::V4 => "icmp",
+                IpFamily::V6 => "icmpv6",
+            };
+            match code {
+                Some(code) if *negated => {
+                    let _ = write!(
+                        out,
+                        " {protocol} type . {protocol} code != {{ {icmp_type} . {code} }}"
+                    );
+                }
+                Some(code) => {
+                    let _ = write!(out, " {protocol} type {icmp_type} {protocol} code {code}");
+                }
+                None => {
+                    let _ = write!(out, " {protocol} type {}{icmp_type}", operator(*negated));
+                }
+            }
+        }
+        Match::Mark {
+            value,
+            mask,
+            negated,
+        } => {
+            let comparison = if *negated { "!=" } else { "==" };
+            let _ = write!(out, " meta mark & {mask:#010x} {comparison} {value:#010x}");
+        }
+        Match::Conntrack(state) => {
+            let states = match state {
+                CtState::RelatedEstablished => "established,related",
+                CtState::Invalid => "invalid",
+            };
+            let _ = write!(out, " ct state {states}");
+        }
+        Match::InInterface(name) => {
+            let _ = write!(out, " iifname \"{}\"", name.replace('+', "*"));
+        }
+        Match::OutInterface(name) => {
+            let _ = write!(out, " oifname \"{}\"", name.replace('+', "*"));
+        }
+    }
+}
+
+fn render_action(out: &mut String, action: &Action, table: Table) {
+    match action {
+        Action::Return => out.push_str(" return"),
+        Action::Drop => out.push_str(" drop"),
+        Action::Jump(chain) => {
+            let _ = write!(out, " jump {}", chain_name(table, chain));
+        }
+        Action::Goto(chain) => {
+            let _ = write!(out, " goto {}", chain_name(table, chain));
+        }
+        Action::SetMark { value, mask } => {
+            let _ = write!(out, " meta mark set meta mark & {:#010x}", !mask);
+            if *value != 0 {
+                let _ = write!(out, " | {value:#010x}");
+            }
+        }
+        Action::Nflog { group, prefix } => {
+            let _ = write!(
+                out,
+                " log prefix \"{}\" group {group} snaplen {} queue-threshold 1",
+                super::iptables::sanitize_comment(prefix),
+                super::iptables::NFLOG_SIZE
+            );
+        }
+        Action::NoTrack => out.push_str(" notrack"),
+    }
+}
+
+/// The matches, the counter and the action of a rule, as nft writes them after the chain.
+pub fn rule_body(rule: &Rule, family: IpFamily, table: Table) -> String {
+    let mut body = String::with_capacity(128);
+    for matched in &rule.matches {
+        render_match(&mut body, matched, family);
+    }
+    body.push_str(" counter");
+    render_action(&mut body, &rule.action, table);
+    body
+}
+
+/// Renders a rule of one of our chains as an `add rule` command.
+pub fn render_rule(
+    table: Table,
+    chain: &str,
+    rule: &Rule,
+    family: IpFamily,
+) -> super::iptables::RenderedRule {
+    let body = rule_body(rule, family, table);
+    let words = rule.comment.as_deref().unwrap_or_default();
+    let hash = super::iptables::rule_hash(table, chain, &format!("{body}|{words}"));
+    let line = format!(
+        "add rule {} {TABLE} {}{body} comment \"{}\"",
+        family_name(family),
+        chain_name(table, chain),
+        comment(&hash, rule.comment.as_deref())
+    );
+    super::iptables::RenderedRule { hash, line }
+}
+
+/// Renders the base chain of a hook: its declaration and its one jump, as two commands.
+pub fn render_hook(table: Table, hook: &Hook, family: IpFamily) -> super::iptables::RenderedRule {
+    let (hook_name, priority) = hook_of(table, &hook.kernel_chain);
+    let target = chain_name(table, &hook.target);
+    let identity = hook_identity(hook_name, i64::from(priority), "accept", &target);
+    let hash = super::iptables::rule_hash(table, &hook.kernel_chain, &identity);
+    let name = base_chain_name(table, &hook.kernel_chain);
+    let family = family_name(family);
+    let line = format!(
+        "add chain {family} {TABLE} {name} {{ type filter hook {hook_name} priority {priority}; policy accept; }}\nadd rule {family} {TABLE} {name} counter jump {target} comment \"{}\"",
+        comment(&hash, Some("nodeport-guard hook"))
+    );
+    super::iptables::RenderedRule { hash, line }
+}
+
+/// The nft type of a set, with its flags: `ipv4_addr`, `ipv4_addr,interval`,
+/// `ipv4_addr . inet_proto . inet_service`.
+pub fn set_kind(kind: SetKind, family: IpFamily) -> String {
+    let address = match family {
+        IpFamily::V4 => "ipv4_addr",
+        IpFamily::V6 => "ipv6_addr",
+    };
+    match kind {
+        SetKind::Net => format!("{address},interval"),
+        SetKind::Ip => address.to_owned(),
+        SetKind::IpPort => format!("{address} . inet_proto . inet_service"),
+    }
+}
+
+/// The `add set` command of a set whose kind is [`set_kind`]'s text.
+pub fn set_declaration(name: &str, kind: &str, family: IpFamily) -> String {
+    let (set_type, flags) = match kind.split_once(',') {
+        Some((set_type, flags)) => (set_type, format!(" flags {flags};")),
+        None => (kind, String::new()),
+    };
+    format!(
+        "add set {} {TABLE} {name} {{ type {set_type};{flags} }}",
+        family_name(family)
+    )
+}
+
+/// A member as nft writes (and lists) it.
+pub fn member_text(member: &SetMember) -> String {
+    match member {
+        SetMember::IpPort(ip, protocol, port) => {
+            format!("{ip} . {} . {port}", protocol_name(*protocol))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `add element` commands for `members`, in chunks so no line grows without bound.
+pub fn element_commands(verb: &str, family: IpFamily, set: &str, members: &[String]) -> String {
+    let mut out = String::new();
+    for chunk in members.chunks(1000) {
+        let _ = writeln!(
+            out,
+            "{verb} element {} {TABLE} {set} {{ {} }}",
+            family_name(family),
+            chunk.join(", ")
+        );
+    }
+    out
+}
+
+/// An `nft -f` script that creates the whole ruleset from nothing (for `render`).
+pub fn render_script(ruleset: &Ruleset) -> String {
+    let mut out = String::new();
+    for family in &ruleset.families {
+        if family.tables.is_empty() && family.sets.is_empty() {
+            continue;
+        }
+        let name = family_name(family.family);
+        let _ = writeln!(out, "# {} ({})", family.family, name);
+        let _ = writeln!(out, "add table {name} {TABLE}");
+        for set in &family.sets {
+            render_set(&mut out, set);
+        }
+        for table in &family.tables {
+            for chain in &table.chains {
+                let _ = writeln!(
+                    out,
+                    "add chain {name} {TABLE} {}",
+                    chain_name(table.table, &chain.name)
+                );
+            }
+        }
+        for table in &family.tables {
+            for chain in &table.chains {
+                for rule in &chain.rules {
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        render_rule(table.table, &chain.name, rule, family.family).line
+                    );
+                }
+            }
+            for hook in &table.hooks {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    render_hook(table.table, hook, family.family).line
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("# no policy applies to this host: nothing to load\n");
+    }
+    out
+}
+
+fn render_set(out: &mut String, set: &IpSet) {
+    let kind = set_kind(set.kind, set.family);
+    let _ = writeln!(out, "{}", set_declaration(&set.name, &kind, set.family));
+    let members: Vec<String> = set.members.iter().map(member_text).collect();
+    out.push_str(&element_commands("add", set.family, &set.name, &members));
+}
