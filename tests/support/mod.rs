@@ -119,6 +119,8 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod cmd;
+// `guard` runs the test binary of this package; only test targets have one.
+#[cfg(test)]
 pub mod guard;
 pub mod lab;
 pub mod netns;
