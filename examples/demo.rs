@@ -55,12 +55,18 @@ impl Demo {
             self.backend.into(),
         ];
         full.extend(args.iter().map(|arg| (*arg).to_owned()));
-        self.lab.node().exec(&self.binary.display().to_string(), &full)
+        self.lab
+            .node()
+            .exec(&self.binary.display().to_string(), &full)
     }
 
     fn probe(&self, source: IpAddr, port: u16, expect_open: bool) -> bool {
         let destination = SocketAddr::new(addr::NODE_V4.into(), port);
-        let timeout = if expect_open { CONNECT_TIMEOUT } else { DROP_TIMEOUT };
+        let timeout = if expect_open {
+            CONNECT_TIMEOUT
+        } else {
+            DROP_TIMEOUT
+        };
         let result = self.lab.connect(source, destination, timeout);
         let shown = match &result {
             Ok(answer) => format!("connected, the server answered {:?}", answer.trim()),
@@ -77,7 +83,9 @@ fn main() -> ExitCode {
         eprintln!("the demo needs root and network namespaces: {reason}");
         return ExitCode::from(1);
     }
-    let backend_arg = std::env::args().nth(1).unwrap_or_else(|| "iptables-nft".to_owned());
+    let backend_arg = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "iptables-nft".to_owned());
     let (lab_backend, backend) = match backend_arg.as_str() {
         "iptables-legacy" => (Backend::Legacy, "iptables-legacy"),
         "nftables" => (Backend::Nft, "nftables"),
@@ -93,7 +101,10 @@ fn main() -> ExitCode {
     let config = work.path().join("config.yaml");
     std::fs::write(&config, "nodeName: demo-node\n").expect("config");
 
-    step(1, "A node, a client and a container in throwaway network namespaces");
+    step(
+        1,
+        "A node, a client and a container in throwaway network namespaces",
+    );
     let demo = Demo {
         lab: Lab::new(lab_backend),
         binary: binary(),
@@ -107,7 +118,9 @@ fn main() -> ExitCode {
         demo.lab.node().name(),
         demo.lab.client().name()
     );
-    println!("    NodePort 30008 is DNATed to a local server on 8080, as kube-proxy does; port 9100 is a plain host service");
+    println!(
+        "    NodePort 30008 is DNATed to a local server on 8080, as kube-proxy does; port 9100 is a plain host service"
+    );
 
     step(2, "Before nodeport-guard: everyone reaches NodePort 30008");
     let mut ok = demo.probe(ALLOWED, ports::NODEPORT, true);
@@ -118,7 +131,10 @@ fn main() -> ExitCode {
     print!("    {}", validate.stdout);
     ok &= validate.status.success();
 
-    step(4, "plan: what nodeport-guard would change (the NodePort policy's chain in full)");
+    step(
+        4,
+        "plan: what nodeport-guard would change (the NodePort policy's chain in full)",
+    );
     let plan = demo.run(&["plan"]);
     for section in plan.stdout.split("\n\n") {
         let mut lines = section.lines();
@@ -136,12 +152,18 @@ fn main() -> ExitCode {
     println!("    {}", apply.stdout.lines().last().unwrap_or_default());
     ok &= apply.status.success();
 
-    step(6, "After: only whitelisted sources reach NodePort 30008; other ports stay open");
+    step(
+        6,
+        "After: only whitelisted sources reach NodePort 30008; other ports stay open",
+    );
     ok &= demo.probe(ALLOWED, ports::NODEPORT, true);
     ok &= demo.probe(BLOCKED, ports::NODEPORT, false);
     ok &= demo.probe(BLOCKED, ports::HOST_SERVICE, true);
 
-    step(7, "The drop, as NFLOG group 1 saw it (what `tcpdump -i nflog:1` captures)");
+    step(
+        7,
+        "The drop, as NFLOG group 1 saw it (what `tcpdump -i nflog:1` captures)",
+    );
     match log.wait_for_prefix("DPI1|allow-cluster-nodeport-only", CONNECT_TIMEOUT * 2) {
         Some(event) => println!(
             "    nflog:1 prefix {:?}: {} {}:{} → {}:{}",
@@ -158,9 +180,16 @@ fn main() -> ExitCode {
         }
     }
 
-    step(8, "status: packets per policy rule, from the kernel's counters");
+    step(
+        8,
+        "status: packets per policy rule, from the kernel's counters",
+    );
     let status = demo.run(&["status"]);
-    for line in status.stdout.lines().filter(|l| l.starts_with("POLICY") || l.contains("allow-cluster-nodeport-only")) {
+    for line in status
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("POLICY") || l.contains("allow-cluster-nodeport-only"))
+    {
         println!("    {line}");
     }
 
@@ -175,13 +204,30 @@ fn main() -> ExitCode {
         demo.lab.node().exec("nft", &["list", "ruleset"]).stdout,
     ]
     .iter()
-    .flat_map(|text| text.lines().filter(|l| l.contains("npg") || l.contains("nodeport_guard")).map(str::to_owned))
+    .flat_map(|text| {
+        text.lines()
+            .filter(|l| l.contains("npg") || l.contains("nodeport_guard"))
+            .map(str::to_owned)
+    })
     .count();
-    println!("    lines naming npg left in iptables-save, ip6tables-save, ipset and nft: {leftovers}");
+    println!(
+        "    lines naming npg left in iptables-save, ip6tables-save, ipset and nft: {leftovers}"
+    );
     ok &= leftovers == 0;
 
     drop(log);
     drop(demo);
-    println!("\nThe namespaces are gone. {}", if ok { "Demo finished: everything behaved as expected." } else { "Something did not behave as expected (see above)." });
-    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    println!(
+        "\nThe namespaces are gone. {}",
+        if ok {
+            "Demo finished: everything behaved as expected."
+        } else {
+            "Something did not behave as expected (see above)."
+        }
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

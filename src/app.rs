@@ -42,7 +42,12 @@ impl PolicySet {
 
 /// Reads and validates policy files and directories.
 pub fn load_policies(paths: &[PathBuf]) -> PolicySet {
-    let loaded = load::load_paths(paths);
+    load_policies_with(paths, load::LoadOptions::default())
+}
+
+/// [`load_policies`] with options.
+pub fn load_policies_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
+    let loaded = load::load_paths_with(paths, options);
     let (model, mut diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
     diagnostics.extend(loaded.diagnostics);
     diagnostic::sort(&mut diagnostics);
@@ -72,6 +77,8 @@ pub struct Settings {
     pub backend: BackendChoice,
     /// Runtime state directory.
     pub state_dir: PathBuf,
+    /// How policy files are read.
+    pub load: load::LoadOptions,
 }
 
 fn settings(cli: &Cli) -> Result<Settings, (Sources, Vec<Diagnostic>)> {
@@ -94,6 +101,9 @@ fn settings(cli: &Cli) -> Result<Settings, (Sources, Vec<Diagnostic>)> {
         config_path,
         backend,
         state_dir: cli.global.state_dir.clone(),
+        load: load::LoadOptions {
+            strict_permissions: cli.global.strict_permissions,
+        },
     })
 }
 
@@ -202,7 +212,7 @@ fn validate_command(settings: &Settings, paths: &[PathBuf]) -> ExitCode {
     } else {
         paths.to_vec()
     };
-    let set = load_policies(&paths);
+    let set = load_policies_with(&paths, settings.load);
     print_diagnostics(&set.diagnostics, &set.sources);
     if !set.is_valid() {
         let errors = set.diagnostics.iter().filter(|d| d.is_error()).count();
@@ -246,7 +256,10 @@ pub fn compile_policies(settings: &Settings) -> Option<(PolicySet, Compiled)> {
         );
         return None;
     }
-    let set = load_policies(std::slice::from_ref(&settings.config.policies_dir));
+    let set = load_policies_with(
+        std::slice::from_ref(&settings.config.policies_dir),
+        settings.load,
+    );
     if !set.is_valid() {
         print_diagnostics(&set.diagnostics, &set.sources);
         return None;

@@ -51,6 +51,9 @@ pub struct GlobalOptions {
     /// Log format on stderr
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Refuse policy files and directories that anyone but root may change (by default a warning)
+    #[arg(long, global = true)]
+    pub strict_permissions: bool,
     /// Where runtime state lives: the daemon's lock, pending confirmations, the daemon status
     #[arg(
         long,

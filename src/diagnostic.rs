@@ -138,14 +138,15 @@ impl Diagnostic {
                         .saturating_sub(start.column - 1)
                         .max(1)
                 };
+                let (shown, caret_column, width) = frame_window(line_text, start.column, width);
                 let gutter = start.line.to_string().len();
                 let _ = writeln!(out, "{:gutter$} |", "");
-                let _ = writeln!(out, "{} | {}", start.line, line_text.replace('\t', " "));
+                let _ = writeln!(out, "{} | {}", start.line, shown);
                 let _ = writeln!(
                     out,
                     "{:gutter$} | {}{}",
                     "",
-                    " ".repeat(start.column - 1),
+                    " ".repeat(caret_column - 1),
                     "^".repeat(width)
                 );
             }
@@ -155,6 +156,36 @@ impl Diagnostic {
         }
         out
     }
+}
+
+/// Longest stretch of a source line shown in a code frame.
+const FRAME_WIDTH: usize = 100;
+
+/// The part of `line` a code frame shows, with the caret's column and width in it: the whole
+/// line when it is short, else a window around `column` marked with `…` where it was cut.
+/// Tabs become spaces so the caret lines up.
+fn frame_window(line: &str, column: usize, width: usize) -> (String, usize, usize) {
+    let chars: Vec<char> = line
+        .chars()
+        .map(|c| if c == '\t' { ' ' } else { c })
+        .collect();
+    if chars.len() <= FRAME_WIDTH {
+        return (chars.into_iter().collect(), column, width);
+    }
+    let first = column.saturating_sub(1).saturating_sub(FRAME_WIDTH / 3);
+    let last = (first + FRAME_WIDTH).min(chars.len());
+    let mut shown = String::new();
+    let mut caret = column - first;
+    if first > 0 {
+        shown.push('…');
+        caret += 1;
+    }
+    shown.extend(&chars[first..last]);
+    if last < chars.len() {
+        shown.push('…');
+    }
+    let width = width.min(last.saturating_sub(column - 1)).max(1);
+    (shown, caret, width)
 }
 
 /// Renders every diagnostic, errors and warnings in the order given, separated by blank lines.
@@ -209,6 +240,24 @@ mod tests {
             diagnostic.render(&sources),
             "policies/a.yaml:2:10: error: `10.0.0.1` is not a CIDR\n  |\n2 |   nets: [10.0.0.1]\n  |          ^^^^^^^^\n  = help: write `10.0.0.1/32`\n"
         );
+    }
+
+    #[test]
+    fn long_lines_are_shown_as_a_window_around_the_problem() {
+        let mut sources = Sources::new();
+        let line = format!("spec: {}x{}", "[".repeat(500), "]".repeat(500));
+        let file = sources.add(SourceFile::new("deep.yaml", line));
+        let diagnostic = Diagnostic::error(file, Span::new(506, 1), "too deep");
+        let rendered = diagnostic.render(&sources);
+        let frame: Vec<&str> = rendered.lines().collect();
+        assert!(frame[2].chars().count() < 120, "{}", frame[2]);
+        assert!(
+            frame[2].starts_with("1 | …") && frame[2].ends_with('…'),
+            "{}",
+            frame[2]
+        );
+        let caret = frame[3].find('^').expect("caret");
+        assert_eq!(frame[2].chars().nth(caret), Some('x'), "{rendered}");
     }
 
     #[test]

@@ -73,17 +73,78 @@ pub fn list_policy_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// How policy files are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Refuse (rather than warn about) policy files and directories that someone other than
+    /// root may write.
+    pub strict_permissions: bool,
+}
+
 /// Reads files and directories as `validate PATH…` and the daemon do: a directory contributes
 /// its policy files, a file named explicitly is read whatever its name (confd's `check_cmd`
 /// passes a hidden staging file).
 pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    load_paths_with(paths, LoadOptions::default())
+}
+
+/// Who may change a file or directory besides root, if anyone: whoever can write the policies
+/// can open the firewall, so this is worth saying loudly.
+pub fn permission_problem(metadata: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mode = metadata.mode();
+    let mut writers = Vec::new();
+    if metadata.uid() != 0 {
+        writers.push(format!("its owner (uid {})", metadata.uid()));
+    }
+    if mode & 0o020 != 0 && metadata.gid() != 0 {
+        writers.push(format!("group {}", metadata.gid()));
+    }
+    if mode & 0o002 != 0 {
+        writers.push("every user".to_owned());
+    }
+    (!writers.is_empty()).then(|| format!("can be changed by {} besides root", writers.join(", ")))
+}
+
+fn check_permissions(loaded: &mut Loaded, path: &Path, file: Option<FileId>, options: LoadOptions) {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return;
+    };
+    let Some(problem) = permission_problem(&metadata) else {
+        return;
+    };
+    let what = if metadata.is_dir() {
+        "the policy directory"
+    } else {
+        "this policy file"
+    };
+    let message = format!(
+        "{what} `{}` {problem}: whoever can write it can open the firewall",
+        path.display()
+    );
+    let help = "make it owned by root and writable only by root (`chown root: … && chmod go-w …`)";
+    let diagnostic = match (file, options.strict_permissions) {
+        (Some(file), true) => Diagnostic::file_error(file, message),
+        (Some(file), false) => Diagnostic {
+            severity: crate::diagnostic::Severity::Warning,
+            ..Diagnostic::file_error(file, message)
+        },
+        (None, true) => Diagnostic::global_error(message),
+        (None, false) => Diagnostic::global_warning(message),
+    };
+    loaded.diagnostics.push(diagnostic.with_help(help));
+}
+
+/// [`load_paths`] with options.
+pub fn load_paths_with(paths: &[PathBuf], options: LoadOptions) -> Loaded {
     let mut loaded = Loaded::default();
     for path in paths {
         match std::fs::metadata(path) {
             Ok(metadata) if metadata.is_dir() => match list_policy_files(path) {
                 Ok(files) => {
+                    check_permissions(&mut loaded, path, None, options);
                     for file in files {
-                        load_one(&mut loaded, &file);
+                        load_one(&mut loaded, &file, options);
                     }
                 }
                 Err(error) => loaded.diagnostics.push(Diagnostic::global_error(format!(
@@ -92,16 +153,17 @@ pub fn load_paths(paths: &[PathBuf]) -> Loaded {
                     io_reason(&error)
                 ))),
             },
-            _ => load_one(&mut loaded, path),
+            _ => load_one(&mut loaded, path, options),
         }
     }
     loaded
 }
 
-fn load_one(loaded: &mut Loaded, path: &Path) {
+fn load_one(loaded: &mut Loaded, path: &Path, options: LoadOptions) {
     match read_source(path) {
         Ok(text) => {
             let id = loaded.sources.add(SourceFile::new(path, text));
+            check_permissions(loaded, path, Some(id), options);
             let (resources, diagnostics) = parse_file(id, loaded.sources.get(id));
             loaded
                 .resources
@@ -127,7 +189,7 @@ pub fn read_source(path: &Path) -> Result<String, String> {
     }
     if metadata.len() > MAX_FILE_BYTES {
         return Err(format!(
-            "the file is {} bytes, more than the {} allowed; split it into several files",
+            "the file is {} bytes; at most {} bytes are allowed; split it into several files",
             metadata.len(),
             MAX_FILE_BYTES
         ));
@@ -140,7 +202,7 @@ pub fn read_source(path: &Path) -> Result<String, String> {
         .map_err(|error| io_reason(&error))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(format!(
-            "the file is larger than the {MAX_FILE_BYTES} bytes allowed; split it into several files"
+            "the file grew while it was read; at most {MAX_FILE_BYTES} bytes are allowed; split it into several files"
         ));
     }
     text_from_bytes(bytes)
@@ -211,29 +273,36 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
     let mut documents = Vec::new();
     let mut start = 0;
     let mut offset = 0;
+    // Whether the part since `start` holds content; kept line by line so a storm of markers
+    // costs linear time.
+    let mut content = false;
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches(['\n', '\r']);
         let is_start = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
         let is_end = bare == "..." || bare.starts_with("... ") || bare.starts_with("...\t");
-        if is_start && offset > start && has_content(&text[start..offset]) {
+        if is_start && content {
             documents.push(Document {
                 offset: start,
                 text: &text[start..offset],
             });
             start = offset;
+            content = false;
         }
         offset += line.len();
+        content |=
+            is_content_line(line) || (is_start && bare.len() > 3 && is_content_line(&bare[3..]));
         if is_end {
-            if has_content(&text[start..offset]) {
+            if content {
                 documents.push(Document {
                     offset: start,
                     text: &text[start..offset],
                 });
             }
             start = offset;
+            content = false;
         }
     }
-    if has_content(&text[start..]) {
+    if content {
         documents.push(Document {
             offset: start,
             text: &text[start..],
@@ -242,17 +311,14 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
     documents
 }
 
-/// Whether a part of a stream holds anything but blank lines, comments, directives and
-/// markers.
-fn has_content(part: &str) -> bool {
-    part.lines().any(|line| {
-        let trimmed = line.trim();
-        !(trimmed.is_empty()
-            || trimmed.starts_with('#')
-            || trimmed.starts_with('%')
-            || trimmed == "---"
-            || trimmed == "...")
-    })
+/// Whether a line is content: not blank, a comment, a directive or a marker.
+fn is_content_line(line: &str) -> bool {
+    let trimmed = line.trim();
+    !(trimmed.is_empty()
+        || trimmed.starts_with('#')
+        || trimmed.starts_with('%')
+        || trimmed == "---"
+        || trimmed == "...")
 }
 
 fn yaml_options() -> serde_saphyr::Options {

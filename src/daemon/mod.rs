@@ -25,7 +25,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use crate::app::{PolicySet, Settings, load_policies};
+use crate::app::{PolicySet, Settings};
 use crate::compile;
 use crate::dataplane::{Backend, Dataplane, SystemRunner};
 use crate::facts::HostFacts;
@@ -252,7 +252,10 @@ impl Daemon {
     /// Reads the policy directory, as a policy set. A missing directory reads as an empty set
     /// (a ConfigMap or confd glitch), which the empty-set guard then catches.
     fn read_policies(&self) -> PolicySet {
-        load_policies(std::slice::from_ref(&self.settings.config.policies_dir))
+        crate::app::load_policies_with(
+            std::slice::from_ref(&self.settings.config.policies_dir),
+            self.settings.load,
+        )
     }
 
     fn handle(&mut self, event: Event) {
@@ -291,6 +294,15 @@ impl Daemon {
             .last_good
             .as_ref()
             .is_some_and(|good| good.fingerprint == set.fingerprint && good.facts == facts);
+        let new_files = self
+            .last_good
+            .as_ref()
+            .is_none_or(|good| good.fingerprint != set.fingerprint);
+        if new_files {
+            for warning in set.diagnostics.iter().filter(|d| !d.is_error()) {
+                tracing::warn!("{}", warning.headline(&set.sources));
+            }
+        }
         if unchanged && matches!(event, Event::PoliciesChanged | Event::AddressesChanged) {
             tracing::debug!(?event, "policies and addresses unchanged; nothing to do");
             return;

@@ -20,10 +20,20 @@ pub struct StateDir {
     path: PathBuf,
 }
 
-/// Holding the lock; released when dropped.
+/// Holding the lock; released when dropped. Empty when the state directory cannot be written
+/// (read-only or full `/run`): reconciling goes on without the lock rather than stop.
 #[derive(Debug)]
 pub struct LockGuard {
-    _lock: Flock<File>,
+    _lock: Option<Flock<File>>,
+}
+
+/// Whether an IO error means "this file system cannot take writes now", as opposed to a
+/// permission or programming problem.
+fn is_unwritable(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(code) if code == nix::libc::EROFS || code == nix::libc::ENOSPC || code == nix::libc::EDQUOT
+    )
 }
 
 /// Who holds the lock we could not take.
@@ -62,16 +72,30 @@ impl StateDir {
 
     /// Takes the writers' lock, waiting for it when `wait`, and records `who` holds it.
     pub fn lock(&self, who: &str, wait: bool) -> Result<LockGuard> {
-        self.ensure()?;
+        let opened = std::fs::create_dir_all(&self.path).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.file("lock"))
+        });
         let path = self.file("lock");
-        let file = fs_err::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?
-            .into_parts()
-            .0;
+        let file = match opened {
+            Ok(file) => file,
+            Err(error) if is_unwritable(&error) => {
+                tracing::warn!(
+                    %error,
+                    dir = %self.path.display(),
+                    "cannot write the state directory; going on without the lock that keeps two nodeport-guards apart"
+                );
+                return Ok(LockGuard { _lock: None });
+            }
+            Err(error) => {
+                return Err(anyhow::Error::new(error)
+                    .context(format!("cannot open the lock file `{}`", path.display())));
+            }
+        };
         let arg = if wait {
             FlockArg::LockExclusive
         } else {
@@ -89,10 +113,11 @@ impl StateDir {
                 .into());
             }
         };
-        lock.set_len(0)?;
-        lock.rewind()?;
-        let _ = write!(lock, "{who}, pid {}", std::process::id());
-        Ok(LockGuard { _lock: lock })
+        // Who holds it is only for messages; a full disk must not stop us here.
+        if lock.set_len(0).is_ok() && lock.rewind().is_ok() {
+            let _ = write!(lock, "{who}, pid {}", std::process::id());
+        }
+        Ok(LockGuard { _lock: Some(lock) })
     }
 
     fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<Option<T>> {
