@@ -95,6 +95,17 @@ fn settings(cli: &Cli) -> Result<Settings, (Sources, Vec<Diagnostic>)> {
     if let Some(dir) = &cli.global.policies {
         config.policies_dir = dir.clone();
     }
+    if let Some(name) = &cli.global.node_name {
+        if !validate::is_subdomain(name) {
+            return Err((
+                Sources::new(),
+                vec![Diagnostic::global_error(format!(
+                    "`--node-name` `{name}` is not a valid node name (lowercase letters, digits, `-` and `.`)"
+                ))],
+            ));
+        }
+        config.node_name = Some(name.clone());
+    }
     let backend = cli.global.backend.map_or(config.backend, Into::into);
     Ok(Settings {
         config,
@@ -293,9 +304,8 @@ fn generate(what: GenerateWhat, out_dir: &Path) -> Result<ExitCode> {
     let mut command = Cli::command();
     match what {
         GenerateWhat::Man => {
-            let mut buffer = Vec::new();
-            clap_mangen::Man::new(command).render(&mut buffer)?;
-            fs_err::write(out_dir.join("nodeport-guard.1"), buffer)?;
+            // One page for the program and one per command, which the main page refers to.
+            clap_mangen::generate_to(command, out_dir)?;
         }
         GenerateWhat::Completions => {
             for shell in [

@@ -51,6 +51,14 @@ pub struct GlobalOptions {
     /// Log format on stderr
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// This host's node name for `HostEndpoint.spec.node` [default: `nodeName` from the config, else the hostname]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "NODEPORT_GUARD_NODE_NAME"
+    )]
+    pub node_name: Option<String>,
     /// Refuse policy files and directories that anyone but root may change (by default a warning)
     #[arg(long, global = true)]
     pub strict_permissions: bool,
