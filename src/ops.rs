@@ -504,6 +504,51 @@ pub struct RuleStatus {
     pub bytes: u64,
 }
 
+/// Packets and bytes per policy rule: the counters of the kernel rules that carry each policy
+/// rule's verdict, summed over families and tables.
+pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleStatus> {
+    let mut totals: std::collections::BTreeMap<
+        (String, crate::model::Direction, usize),
+        (u64, u64),
+    > = Default::default();
+    for entry in &index.origins {
+        let key = state::TableKey {
+            family: entry.family,
+            table: entry.table,
+        };
+        let counters = observed
+            .tables
+            .get(&key)
+            .and_then(|table| table.chains.get(&entry.chain))
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
+            })
+            .and_then(|rule| rule.counters)
+            .unwrap_or_default();
+        let total = totals
+            .entry((
+                entry.origin.policy.clone(),
+                entry.origin.direction,
+                entry.origin.rule_index,
+            ))
+            .or_default();
+        total.0 += counters.packets;
+        total.1 += counters.bytes;
+    }
+    totals
+        .into_iter()
+        .map(|((policy, direction, rule), (packets, bytes))| RuleStatus {
+            policy,
+            direction,
+            rule,
+            packets,
+            bytes,
+        })
+        .collect()
+}
+
 /// `status`.
 pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
     let runner = SystemRunner;
@@ -523,47 +568,7 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
             None => AppliedIndex::default(),
         },
     };
-    let mut totals: std::collections::BTreeMap<
-        (String, crate::model::Direction, usize),
-        (u64, u64),
-    > = Default::default();
-    for entry in &index.origins {
-        let key = state::TableKey {
-            family: entry.family,
-            table: entry.table,
-        };
-        let counters = observed
-            .tables
-            .get(&key)
-            .and_then(|table| table.chains.get(&entry.chain))
-            .and_then(|rules| {
-                rules
-                    .iter()
-                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
-            })
-            .and_then(|rule| rule.counters);
-        let total = totals
-            .entry((
-                entry.origin.policy.clone(),
-                entry.origin.direction,
-                entry.origin.rule_index,
-            ))
-            .or_default();
-        if let Some(counters) = counters {
-            total.0 += counters.packets;
-            total.1 += counters.bytes;
-        }
-    }
-    let rows: Vec<RuleStatus> = totals
-        .into_iter()
-        .map(|((policy, direction, rule), (packets, bytes))| RuleStatus {
-            policy,
-            direction,
-            rule,
-            packets,
-            bytes,
-        })
-        .collect();
+    let rows = rule_counters(&observed, &index);
     let daemon = state_dir.daemon_status()?;
     let pending = state_dir.pending()?;
     if json {

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::IpFamily;
-use crate::render::iptables::{render_chain, render_hook};
-use crate::ruleset::{Ruleset, Table};
+use crate::render::iptables::RenderedRule;
+use crate::ruleset::{Hook, Rule, Ruleset, SetKind, SetMember, Table};
 
 /// A table of one family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -165,10 +165,51 @@ mod table_list {
     }
 }
 
+/// How a backend spells what it writes: rules, hooks, set types and members.
+struct Spelling {
+    rule: fn(Table, &str, &Rule, IpFamily) -> RenderedRule,
+    hook: fn(Table, &Hook, IpFamily) -> RenderedRule,
+    set_kind: fn(SetKind, IpFamily) -> String,
+    member: fn(&SetMember) -> String,
+}
+
+/// The desired state of a ruleset as the iptables backends write it: rules as `-A` lines, hooks
+/// as our jump at position 1, members as `ipset save` prints them.
+pub fn desired_iptables(ruleset: &Ruleset) -> State {
+    desired(
+        ruleset,
+        &Spelling {
+            rule: crate::render::iptables::render_rule,
+            hook: |table, hook, _| crate::render::iptables::render_hook(table, hook),
+            set_kind: |kind, _| kind.ipset_type().to_owned(),
+            member: ToString::to_string,
+        },
+    )
+}
+
 /// The desired state of a ruleset as the nftables backend writes it: rules as `add rule`
 /// commands, hooks as base chains, members in nft's spelling.
 pub fn desired_nft(ruleset: &Ruleset) -> State {
-    use crate::render::nft;
+    desired(
+        ruleset,
+        &Spelling {
+            rule: crate::render::nft::render_rule,
+            hook: crate::render::nft::render_hook,
+            set_kind: crate::render::nft::set_kind,
+            member: crate::render::nft::member_text,
+        },
+    )
+}
+
+fn line(rendered: RenderedRule) -> RuleLine {
+    RuleLine {
+        hash: Some(rendered.hash),
+        text: rendered.line,
+        counters: None,
+    }
+}
+
+fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
     let mut state = State::default();
     for family in &ruleset.families {
         for table in &family.tables {
@@ -178,99 +219,36 @@ pub fn desired_nft(ruleset: &Ruleset) -> State {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let rendered =
-                            nft::render_rule(table.table, &chain.name, rule, family.family);
-                        RuleLine {
-                            hash: Some(rendered.hash),
-                            text: rendered.line,
-                            counters: None,
-                        }
+                        line((spelling.rule)(
+                            table.table,
+                            &chain.name,
+                            rule,
+                            family.family,
+                        ))
                     })
                     .collect();
                 table_state.chains.insert(chain.name.clone(), rules);
             }
             for hook in &table.hooks {
-                let rendered = nft::render_hook(table.table, hook, family.family);
+                let rule = line((spelling.hook)(table.table, hook, family.family));
                 table_state.hooks.insert(
                     hook.kernel_chain.clone(),
-                    vec![HookRule {
-                        position: 1,
-                        rule: RuleLine {
-                            hash: Some(rendered.hash),
-                            text: rendered.line,
-                            counters: None,
-                        },
-                    }],
+                    vec![HookRule { position: 1, rule }],
                 );
             }
-            state.tables.insert(
-                TableKey {
-                    family: family.family,
-                    table: table.table,
-                },
-                table_state,
-            );
+            let key = TableKey {
+                family: family.family,
+                table: table.table,
+            };
+            state.tables.insert(key, table_state);
         }
         for set in &family.sets {
             state.sets.insert(
                 set.name.clone(),
                 SetState {
                     family: set.family,
-                    kind: nft::set_kind(set.kind, set.family),
-                    members: set.members.iter().map(nft::member_text).collect(),
-                },
-            );
-        }
-    }
-    state
-}
-
-/// The desired state of a ruleset as the iptables backends write it.
-pub fn desired_iptables(ruleset: &Ruleset) -> State {
-    let mut state = State::default();
-    for family in &ruleset.families {
-        for table in &family.tables {
-            let mut table_state = TableState::default();
-            for chain in &table.chains {
-                let rules = render_chain(table.table, chain, family.family)
-                    .into_iter()
-                    .map(|rendered| RuleLine {
-                        hash: Some(rendered.hash),
-                        text: rendered.line,
-                        counters: None,
-                    })
-                    .collect();
-                table_state.chains.insert(chain.name.clone(), rules);
-            }
-            for hook in &table.hooks {
-                let rendered = render_hook(table.table, hook);
-                table_state.hooks.insert(
-                    hook.kernel_chain.clone(),
-                    vec![HookRule {
-                        position: 1,
-                        rule: RuleLine {
-                            hash: Some(rendered.hash),
-                            text: rendered.line,
-                            counters: None,
-                        },
-                    }],
-                );
-            }
-            state.tables.insert(
-                TableKey {
-                    family: family.family,
-                    table: table.table,
-                },
-                table_state,
-            );
-        }
-        for set in &family.sets {
-            state.sets.insert(
-                set.name.clone(),
-                SetState {
-                    family: set.family,
-                    kind: set.kind.ipset_type().to_owned(),
-                    members: set.members.iter().map(ToString::to_string).collect(),
+                    kind: (spelling.set_kind)(set.kind, set.family),
+                    members: set.members.iter().map(spelling.member).collect(),
                 },
             );
         }

@@ -960,42 +960,32 @@ impl Compiler<'_> {
             }
             Some(Rule::new(matches, accept.clone()))
         };
-        let mut rules: Vec<Rule> = Vec::new();
-        match direction {
-            Direction::Ingress => {
-                rules.extend(
-                    self.config
-                        .failsafe_inbound
-                        .iter()
-                        .filter_map(|f| entry(f, Side::Destination, Side::Source)),
-                );
-                // Untracked traffic has no conntrack to let replies back in: let the replies of
-                // outbound failsafe connections through too.
-                if path.table() == Table::Raw {
-                    rules.extend(
-                        self.config
-                            .failsafe_outbound
-                            .iter()
-                            .filter_map(|f| entry(f, Side::Source, Side::Source)),
-                    );
-                }
-            }
-            Direction::Egress => {
-                rules.extend(
-                    self.config
-                        .failsafe_outbound
-                        .iter()
-                        .filter_map(|f| entry(f, Side::Destination, Side::Destination)),
-                );
-                if path.table() == Table::Raw {
-                    rules.extend(
-                        self.config
-                            .failsafe_inbound
-                            .iter()
-                            .filter_map(|f| entry(f, Side::Source, Side::Destination)),
-                    );
-                }
-            }
+        // The ports of this direction, matched on their destination; the peer net is the
+        // source inbound and the destination outbound.
+        let (own, reverse, net_side) = match direction {
+            Direction::Ingress => (
+                &self.config.failsafe_inbound,
+                &self.config.failsafe_outbound,
+                Side::Source,
+            ),
+            Direction::Egress => (
+                &self.config.failsafe_outbound,
+                &self.config.failsafe_inbound,
+                Side::Destination,
+            ),
+        };
+        let mut rules: Vec<Rule> = own
+            .iter()
+            .filter_map(|f| entry(f, Side::Destination, net_side))
+            .collect();
+        // Untracked traffic has no conntrack to let replies back: in raw, the replies of the
+        // other direction's failsafe connections (matched on their source port) pass too.
+        if path.table() == Table::Raw {
+            rules.extend(
+                reverse
+                    .iter()
+                    .filter_map(|f| entry(f, Side::Source, net_side)),
+            );
         }
         builder.add(Chain {
             name: name.to_owned(),

@@ -10,20 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-/// Kernel counters of one policy rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleCounter {
-    /// Policy name.
-    pub policy: String,
-    /// `ingress` or `egress`.
-    pub direction: String,
-    /// Rule index.
-    pub rule: usize,
-    /// Packets.
-    pub packets: u64,
-    /// Bytes.
-    pub bytes: u64,
-}
+use crate::ops::RuleStatus as RuleCounter;
 
 /// Everything the daemon reports.
 #[derive(Debug, Default)]
@@ -249,7 +236,7 @@ mod tests {
             &metrics,
             &[RuleCounter {
                 policy: "p".into(),
-                direction: "ingress".into(),
+                direction: crate::model::Direction::Ingress,
                 rule: 1,
                 packets: 5,
                 bytes: 300,

@@ -185,7 +185,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCounter> {
+fn read_counters(settings: &Settings, backend: Backend) -> Vec<crate::ops::RuleStatus> {
     let runner = SystemRunner;
     let dataplane = Dataplane {
         backend,
@@ -194,49 +194,10 @@ fn read_counters(settings: &Settings, backend: Backend) -> Vec<metrics::RuleCoun
         state_dir: settings.state_dir.clone(),
     };
     let state_dir = StateDir::new(&settings.state_dir);
-    let (Ok(observed), Ok(Some(index))) = (dataplane.observe(), state_dir.applied()) else {
-        return Vec::new();
-    };
-    let mut totals: std::collections::BTreeMap<(String, String, usize), (u64, u64)> =
-        Default::default();
-    for entry in &index.origins {
-        let key = crate::state::TableKey {
-            family: entry.family,
-            table: entry.table,
-        };
-        let counters = observed
-            .tables
-            .get(&key)
-            .and_then(|table| table.chains.get(&entry.chain))
-            .and_then(|rules| {
-                rules
-                    .iter()
-                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
-            })
-            .and_then(|rule| rule.counters)
-            .unwrap_or_default();
-        let total = totals
-            .entry((
-                entry.origin.policy.clone(),
-                entry.origin.direction.to_string(),
-                entry.origin.rule_index,
-            ))
-            .or_default();
-        total.0 += counters.packets;
-        total.1 += counters.bytes;
+    match (dataplane.observe(), state_dir.applied()) {
+        (Ok(observed), Ok(Some(index))) => crate::ops::rule_counters(&observed, &index),
+        _ => Vec::new(),
     }
-    totals
-        .into_iter()
-        .map(
-            |((policy, direction, rule), (packets, bytes))| metrics::RuleCounter {
-                policy,
-                direction,
-                rule,
-                packets,
-                bytes,
-            },
-        )
-        .collect()
 }
 
 impl Daemon {
