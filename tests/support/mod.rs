@@ -67,6 +67,12 @@
 //! `guard::backend_tests!` to turn a `fn(Backend)` into a `legacy` and an
 //! `nft` test.
 //!
+//! To run the daemon (`nodeport-guard run`) as a child process in the node
+//! namespace, read its log, signal it and scrape its `/metrics`, use
+//! [`daemon::Daemon`] (started from a `Guard`; killed with SIGKILL on drop
+//! if the test did not stop it), [`daemon::http_get`] and
+//! [`daemon::parse_prometheus`].
+//!
 //! Kernel tests are skipped (with a visible "skipped: needs root" line) when
 //! not running as root, unless [`REQUIRE_KERNEL_TESTS_ENV`]
 //! (`NPG_REQUIRE_KERNEL_TESTS=1`) is set, in which case they fail instead: CI
@@ -119,7 +125,9 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod cmd;
-// `guard` runs the test binary of this package; only test targets have one.
+// `guard` and `daemon` run the test binary of this package; only test targets have one.
+#[cfg(test)]
+pub mod daemon;
 #[cfg(test)]
 pub mod guard;
 pub mod lab;
