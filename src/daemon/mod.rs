@@ -66,6 +66,9 @@ struct Daemon {
     last_good: Option<LastGood>,
     last_errors: Vec<String>,
     summary: String,
+    /// Whether the last reload was refused because the set was empty (so the refusal is said
+    /// once, not at every resync).
+    refusing_empty: bool,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
@@ -120,6 +123,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
         last_good: None,
         last_errors: Vec::new(),
         summary: "starting".to_owned(),
+        refusing_empty: false,
     };
     tracing::info!(
         %backend,
@@ -211,8 +215,17 @@ impl Daemon {
     }
 
     /// Reads the policy directory, as a policy set. A missing directory reads as an empty set
-    /// (a ConfigMap or confd glitch), which the empty-set guard then catches.
+    /// (a ConfigMap or confd glitch, or a directory being replaced), which the empty-set guard
+    /// then catches.
     fn read_policies(&self) -> PolicySet {
+        if !self.settings.config.policies_dir.is_dir() {
+            return PolicySet {
+                sources: Default::default(),
+                model: Default::default(),
+                diagnostics: Vec::new(),
+                fingerprint: "missing".to_owned(),
+            };
+        }
         crate::app::load_policies_with(
             std::slice::from_ref(&self.settings.config.policies_dir),
             self.settings.load,
@@ -233,24 +246,16 @@ impl Daemon {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.policy_files_invalid = false;
         }
+        let had_errors = !self.last_errors.is_empty();
         self.last_errors.clear();
         if set.model.is_empty()
             && !self.settings.config.allow_empty
             && self.would_remove_protection()
         {
-            if let Ok(mut metrics) = self.metrics.lock() {
-                metrics.reloads_refused += 1;
-            }
-            tracing::error!(
-                dir = %self.settings.config.policies_dir.display(),
-                "the policy directory holds no policy at all; keeping the rules in place instead of removing all protection (set `allowEmpty: true` to allow this)"
-            );
-            self.summary = "refusing an empty policy set; keeping the last rules".to_owned();
-            self.last_errors = vec!["the policy directory holds no policy; the previous rules are kept (allowEmpty is false)".to_owned()];
-            self.write_status();
-            self.repair_with_last_good(event, &facts);
+            self.refuse_empty(event, &facts);
             return;
         }
+        self.refusing_empty = false;
         let unchanged = self
             .last_good
             .as_ref()
@@ -266,6 +271,12 @@ impl Daemon {
         }
         if unchanged && matches!(event, Event::PoliciesChanged | Event::AddressesChanged) {
             tracing::debug!(?event, "policies and addresses unchanged; nothing to do");
+            if had_errors {
+                // The files went back to what is applied: say so.
+                tracing::info!("the policy files are valid again and match the applied rules");
+                self.summary = applied_summary(set.model.policies.len(), self.backend, false);
+                self.write_status();
+            }
             return;
         }
         let compiled = compile::compile(&set.model, &self.settings.config, &facts);
@@ -325,12 +336,7 @@ impl Daemon {
                 let _ = self
                     .state_dir
                     .set_applied(&origin_index(&compiled.ruleset, self.backend));
-                self.summary = format!(
-                    "{} policies applied with {}; last change {}",
-                    set.model.policies.len(),
-                    self.backend,
-                    if changed { "now" } else { "earlier" }
-                );
+                self.summary = applied_summary(set.model.policies.len(), self.backend, changed);
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
                     facts,
@@ -348,6 +354,32 @@ impl Daemon {
             }
         }
         self.write_status();
+    }
+
+    /// Keeps the rules in place instead of applying an empty set, saying why once.
+    fn refuse_empty(&mut self, event: Event, facts: &HostFacts) {
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.reloads_refused += u64::from(!self.refusing_empty);
+        }
+        let missing = !self.settings.config.policies_dir.is_dir();
+        let what = if missing {
+            "is missing"
+        } else {
+            "holds no policy at all"
+        };
+        if !self.refusing_empty {
+            tracing::error!(
+                dir = %self.settings.config.policies_dir.display(),
+                "the policy directory {what}; keeping the rules in place instead of removing all protection (set `allowEmpty: true` to allow this)"
+            );
+        }
+        self.refusing_empty = true;
+        self.summary = "refusing an empty policy set; keeping the last rules".to_owned();
+        self.last_errors = vec![format!(
+            "the policy directory {what}; the previous rules are kept (allowEmpty is false)"
+        )];
+        self.write_status();
+        self.repair_with_last_good(event, facts);
     }
 
     /// Whether an empty policy set would take protection away: some was applied, or the kernel
@@ -441,6 +473,13 @@ impl Daemon {
             tracing::debug!(%error, "cannot write the daemon status file");
         }
     }
+}
+
+fn applied_summary(policies: usize, backend: Backend, changed_now: bool) -> String {
+    format!(
+        "{policies} policies applied with {backend}; last change {}",
+        if changed_now { "now" } else { "earlier" }
+    )
 }
 
 /// What a plan touches, in a few words for a log line.

@@ -34,6 +34,13 @@ pub fn is_relevant(path: &Path, dir: &Path) -> bool {
     }
 }
 
+/// Opening and reading (notify reports inotify's IN_OPEN) change nothing; the daemon's own
+/// reads would otherwise trigger the next reload.
+fn is_read_only(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    matches!(kind, notify::EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
+}
+
 /// The policy directory watcher.
 pub struct DirectoryWatcher {
     debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
@@ -54,10 +61,11 @@ impl DirectoryWatcher {
             Ok(batch) => {
                 let relevant = batch.iter().any(|event| {
                     event.need_rescan()
-                        || event
-                            .paths
-                            .iter()
-                            .any(|path| is_relevant(path, &watched_dir))
+                        || (!is_read_only(&event.kind)
+                            && event
+                                .paths
+                                .iter()
+                                .any(|path| is_relevant(path, &watched_dir)))
                 });
                 if relevant {
                     let _ = events.send(Event::PoliciesChanged);
