@@ -762,7 +762,9 @@ fn state_helpers_see_kernel_state(backend: Backend) {
     let ruleset = nft_list_ruleset(node);
     match backend {
         // iptables-nft rules are nftables rules; legacy ones are invisible to nft.
-        Backend::Nft => assert!(ruleset.contains("dnat to 198.51.100.1:8080"), "{ruleset}"),
+        Backend::Nft | Backend::Nftables => {
+            assert!(ruleset.contains("dnat to 198.51.100.1:8080"), "{ruleset}")
+        }
         Backend::Legacy => assert!(!ruleset.contains("dnat"), "{ruleset}"),
     }
 

@@ -1000,7 +1000,7 @@ fn drift_is_repaired_within_the_resync_interval(backend: Backend) {
         "repaired while the files are invalid",
     );
 }
-backend_tests!(drift_is_repaired_within_the_resync_interval);
+backend_tests!(drift_is_repaired_within_the_resync_interval, iptables_only);
 
 // ---------------------------------------------------------------------------
 // 5. The empty-set guard.
@@ -1296,7 +1296,7 @@ fn metrics_are_valid_and_move(backend: Backend) {
     expect_traffic_within(&lab, &daemon, t, &[SRC_B], &[SRC_A], "after the change");
 
     let now = scrape(&lab);
-    iptables(&lab, Family::V4, "-t mangle -D PREROUTING 1");
+    delete_our_jump(&lab);
     wait_metric_above(&lab, &daemon, drift, sample(&now, drift));
 
     let now = scrape(&lab);
@@ -1318,15 +1318,29 @@ backend_tests!(metrics_are_valid_and_move);
 // 8. Address changes.
 // ---------------------------------------------------------------------------
 
-/// Members of one of our ipsets in the node.
+/// Members of one of our sets in the node (an ipset, or a set of the nftables backend).
 fn set_members(lab: &Lab, set: &str) -> Vec<String> {
-    let prefix = format!("add {set} ");
-    lab.node()
-        .exec_ok("ipset", &["save", set])
-        .lines()
-        .filter_map(|line| line.strip_prefix(&prefix))
-        .map(|member| member.trim().to_string())
-        .collect()
+    support::guard::Snapshot::take(lab).set_members(set)
+}
+
+/// Removes our IPv4 jump into mangle PREROUTING the way another program would: the rule in
+/// iptables, the base chain in nftables.
+fn delete_our_jump(lab: &Lab) {
+    match lab.backend() {
+        Backend::Nftables => {
+            lab.node().exec_ok(
+                "nft",
+                &[
+                    "delete",
+                    "chain",
+                    "ip",
+                    "nodeport_guard",
+                    "mangle-PREROUTING",
+                ],
+            );
+        }
+        Backend::Legacy | Backend::Nft => iptables(lab, Family::V4, "-t mangle -D PREROUTING 1"),
+    }
 }
 
 /// Waits up to 3 s until `set` does (`present`) or does not contain

@@ -229,7 +229,10 @@ fn drift_is_reported_and_repaired_keeping_foreign_rules(backend: Backend) {
     assert_eq!(code, 0, "{out}");
     behaves_like_a(&lab, "after the repair");
 }
-backend_tests!(drift_is_reported_and_repaired_keeping_foreign_rules);
+backend_tests!(
+    drift_is_reported_and_repaired_keeping_foreign_rules,
+    iptables_only
+);
 
 /// Another program that inserts an ACCEPT at the top of mangle
 /// PREROUTING (ahead of our jump) opens every guarded port; `plan` says
@@ -262,7 +265,10 @@ fn foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply(backend: Bac
     assert_eq!(prerouting.len(), 2, "{prerouting:?}");
     behaves_like_a(&lab, "after apply");
 }
-backend_tests!(foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply);
+backend_tests!(
+    foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply,
+    iptables_only
+);
 
 /// kube-proxy-, docker- and operator-owned state in every table of both
 /// families, and a foreign ipset.
@@ -468,7 +474,7 @@ fn cleanup_leaves_no_table_behind_that_it_created(backend: Backend) {
     let after = guard.snapshot();
     assert!(after.has_nothing_of_ours(), "{:?}", after.ours());
     match backend {
-        Backend::Nft => {
+        Backend::Nft | Backend::Nftables => {
             let nft_after = nft_ruleset(&lab);
             assert!(
                 nft_before == nft_after,
@@ -765,7 +771,10 @@ fn saved_plan_is_refused_as_stale_when_the_kernel_changed(backend: Backend) {
     assert_contains(&out.stderr, "stale plan", "another apply in between");
     assert_same_state(&applied, &guard.snapshot(), "after a refused stale plan");
 }
-backend_tests!(saved_plan_is_refused_as_stale_when_the_kernel_changed);
+backend_tests!(
+    saved_plan_is_refused_as_stale_when_the_kernel_changed,
+    iptables_only
+);
 
 /// A saved plan is refused with "stale plan" (exit 1, kernel unchanged)
 /// when the policy files changed after it was made: an edited file, and

@@ -49,9 +49,54 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
                 "`nft -j list table` printed JSON that cannot be read: {error}"
             ))
         })?;
-        parse_table(&json, family, &mut state);
+        // The text listing gives each rule in nft's own input syntax, so an observed state can
+        // be written back (a rollback, or the restore after a failed apply).
+        let listing = run_checked(
+            dataplane.runner,
+            "nft",
+            &["-a", "list", "table", family_name(family), TABLE],
+            None,
+        )?;
+        parse_table(&json, family, &rule_texts(&listing.stdout), &mut state);
     }
     Ok(state)
+}
+
+/// Each rule's text by its handle, from `nft -a list table` output: the statements as nft
+/// reads them back, without the `# handle N` note and without counter values (they change with
+/// every packet; the state compares rules, not traffic).
+pub fn rule_texts(listing: &str) -> std::collections::HashMap<u64, String> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            let (rule, handle) = line.trim().rsplit_once(" # handle ")?;
+            let handle = handle.trim().parse().ok()?;
+            let is_rule = !(rule.starts_with("chain ")
+                || rule.starts_with("set ")
+                || rule.starts_with("table ")
+                || rule.starts_with("type "));
+            is_rule.then(|| (handle, without_counter_values(rule)))
+        })
+        .collect()
+}
+
+/// `counter packets 3 bytes 180` → `counter`.
+fn without_counter_values(rule: &str) -> String {
+    let mut words: Vec<&str> = Vec::new();
+    let mut iter = rule.split(' ').peekable();
+    while let Some(word) = iter.next() {
+        if matches!(word, "packets" | "bytes")
+            && words
+                .last()
+                .is_some_and(|last| *last == "counter" || last.parse::<u64>().is_ok())
+            && iter.peek().is_some_and(|next| next.parse::<u64>().is_ok())
+        {
+            iter.next();
+            continue;
+        }
+        words.push(word);
+    }
+    words.join(" ")
 }
 
 /// Splits an nft chain name into the iptables table it stands for and our chain name.
@@ -74,8 +119,14 @@ fn hash_of_comment(comment: Option<&str>) -> Option<String> {
     (!hash.is_empty()).then_some(hash)
 }
 
-/// Turns `nft -j list table` output into our state. Pure.
-pub fn parse_table(json: &Value, family: IpFamily, state: &mut State) {
+/// Turns `nft -j list table` output (and the rule texts of `nft -a list table`, by handle)
+/// into our state. Pure.
+pub fn parse_table(
+    json: &Value,
+    family: IpFamily,
+    texts: &std::collections::HashMap<u64, String>,
+    state: &mut State,
+) {
     let Some(items) = json.get("nftables").and_then(Value::as_array) else {
         return;
     };
@@ -193,11 +244,17 @@ pub fn parse_table(json: &Value, family: IpFamily, state: &mut State) {
             } else {
                 None
             };
+            // Replayable: the base chain and its rule in nft's input syntax.
+            let family_word = family_name(family);
+            let text = format!(
+                "add chain {family_word} {TABLE} {chain} {{ type filter hook {hook} priority {priority}; policy {policy}; }}\nadd rule {family_word} {TABLE} {chain} {}",
+                texts.get(&handle).map_or("", String::as_str)
+            );
             hooks.push(HookRule {
                 position: hooks.len() + 1,
                 rule: RuleLine {
                     hash,
-                    text: format!("base chain {chain}: {identity} (handle {handle})"),
+                    text,
                     counters,
                 },
             });
@@ -205,12 +262,9 @@ pub fn parse_table(json: &Value, family: IpFamily, state: &mut State) {
         }
         let (table, ours) = split_chain(chain);
         let hash = hash_of_comment(comment);
-        let text = match comment {
-            Some(comment) if hash.is_some() => format!("rule {handle}: {comment}"),
-            _ => format!(
-                "rule {handle}, not written by nodeport-guard: {}",
-                Value::Array(expressions)
-            ),
+        let text = match texts.get(&handle) {
+            Some(rule) => format!("add rule {} {TABLE} {chain} {rule}", family_name(family)),
+            None => format!("# rule {handle}: {}", Value::Array(expressions)),
         };
         table_state(state, family, table)
             .chains
@@ -480,7 +534,10 @@ mod tests {
             {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-PREROUTING", "handle": 5, "comment": "npg:AAAA hook", "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"jump": {"target": "mangle-npg-PREROUTING"}}]}}
         ]}"#).expect("json");
         let mut state = State::default();
-        parse_table(&json, IpFamily::V4, &mut state);
+        let texts = rule_texts(
+            "table ip nodeport_guard { # handle 3\n\tchain mangle-npg-PREROUTING { # handle 3\n\t\tcounter packets 3 bytes 180 return comment \"npg:BBBB words\" # handle 6\n\t}\n}\n",
+        );
+        parse_table(&json, IpFamily::V4, &texts, &mut state);
         let key = TableKey {
             family: IpFamily::V4,
             table: Table::Mangle,
@@ -488,6 +545,10 @@ mod tests {
         let table = &state.tables[&key];
         let rules = &table.chains["npg-PREROUTING"];
         assert_eq!(rules[0].hash.as_deref(), Some("BBBB"));
+        assert_eq!(
+            rules[0].text,
+            "add rule ip nodeport_guard mangle-npg-PREROUTING counter return comment \"npg:BBBB words\""
+        );
         assert_eq!(
             rules[0].counters,
             Some(Counters {

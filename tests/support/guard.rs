@@ -40,6 +40,7 @@ pub fn backend_arg(backend: Backend) -> &'static str {
     match backend {
         Backend::Legacy => "iptables-legacy",
         Backend::Nft => "iptables-nft",
+        Backend::Nftables => "nftables",
     }
 }
 
@@ -254,6 +255,9 @@ pub struct Snapshot {
     pub v6: String,
     /// `ipset save`.
     pub sets: String,
+    /// `nft list table ip nodeport_guard` and `… ip6 …`, counters removed: the native
+    /// nftables backend's tables, all ours.
+    pub nft: String,
 }
 
 impl Snapshot {
@@ -263,21 +267,35 @@ impl Snapshot {
         let node = lab.node();
         let save =
             |family| normalize_save(&super::state::iptables_save(node, lab.backend(), family));
+        let nft: String = ["ip", "ip6"]
+            .iter()
+            .map(|family| node.exec("nft", &["list", "table", family, "nodeport_guard"]))
+            .filter(|output| output.status.success())
+            .map(|output| normalize_nft(&output.stdout))
+            .collect();
         Snapshot {
             v4: save(Family::V4),
             v6: save(Family::V6),
             sets: node.exec_ok("ipset", &["save"]),
+            nft,
         }
     }
 
     /// Everything that does not mention `npg`: the state other programs own.
     pub fn foreign(&self) -> Snapshot {
-        self.filter(|line| !line.contains("npg"))
+        Snapshot {
+            nft: String::new(),
+            ..self.filter(|line| !line.contains("npg"))
+        }
     }
 
-    /// Only the lines that mention `npg`: our chains, rules, jumps and sets.
+    /// Only the lines that mention `npg`: our chains, rules, jumps and sets, and our nftables
+    /// tables whole.
     pub fn ours(&self) -> Snapshot {
-        self.filter(|line| line.contains("npg"))
+        Snapshot {
+            nft: self.nft.clone(),
+            ..self.filter(|line| line.contains("npg"))
+        }
     }
 
     /// Whether nothing mentions `npg`.
@@ -304,32 +322,74 @@ impl Snapshot {
             Family::V4 => &self.v4,
             Family::V6 => &self.v6,
         };
-        table_section(text, table)
+        let mut chains: Vec<String> = table_section(text, table)
             .filter_map(|line| line.strip_prefix(':'))
             .filter_map(|decl| decl.split_whitespace().next())
             .filter(|name| name.starts_with(prefix))
             .map(str::to_string)
-            .collect()
+            .collect();
+        // The nftables backend's chains are `<table>-<chain>` in `table ip|ip6 nodeport_guard`.
+        let header = match family {
+            Family::V4 => "table ip nodeport_guard",
+            Family::V6 => "table ip6 nodeport_guard",
+        };
+        let nft_prefix = format!("{table}-{prefix}");
+        chains.extend(
+            self.nft
+                .split("\ntable ")
+                .map(|section| section.trim_start_matches("table "))
+                .filter(|section| section.starts_with(header.trim_start_matches("table ")))
+                .flat_map(|section| section.lines())
+                .filter_map(|line| line.trim().strip_prefix("chain "))
+                .filter_map(|rest| rest.split_whitespace().next())
+                .filter_map(|name| {
+                    name.strip_prefix(&format!("{table}-"))
+                        .filter(|_| name.starts_with(&nft_prefix))
+                })
+                .map(str::to_string),
+        );
+        chains
     }
 
-    /// Names of the ipsets in the snapshot.
+    /// Names of the ipsets (and of the nftables backend's sets) in the snapshot.
     pub fn set_names(&self) -> Vec<String> {
-        self.sets
+        let ipsets = self
+            .sets
             .lines()
             .filter_map(|line| line.strip_prefix("create "))
-            .filter_map(|rest| rest.split_whitespace().next())
-            .map(str::to_string)
-            .collect()
+            .filter_map(|rest| rest.split_whitespace().next());
+        let nft_sets = self
+            .nft
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("set "))
+            .filter_map(|rest| rest.split_whitespace().next());
+        ipsets.chain(nft_sets).map(str::to_string).collect()
     }
 
-    /// Members of ipset `name`.
+    /// Members of ipset (or nftables set) `name`.
     pub fn set_members(&self, name: &str) -> Vec<String> {
         let prefix = format!("add {name} ");
-        self.sets
+        let mut members: Vec<String> = self
+            .sets
             .lines()
             .filter_map(|line| line.strip_prefix(&prefix))
             .map(|member| member.trim().to_string())
-            .collect()
+            .collect();
+        // nft lists `set NAME { … elements = { a, b,\n c } }`.
+        let header = format!("set {name} {{");
+        if let Some(start) = self.nft.find(&header) {
+            let block = &self.nft[start..];
+            if let Some(elements) = block.split("elements = {").nth(1) {
+                let list = elements.split('}').next().unwrap_or_default();
+                members.extend(
+                    list.split(',')
+                        .map(str::trim)
+                        .filter(|member| !member.is_empty())
+                        .map(str::to_string),
+                );
+            }
+        }
+        members
     }
 
     /// The same rules in a canonical order: per table, chain declarations
@@ -345,6 +405,7 @@ impl Snapshot {
             v4: canonical_save(&self.v4),
             v6: canonical_save(&self.v6),
             sets: sets.iter().map(|line| format!("{line}\n")).collect(),
+            nft: canonical_nft(&self.nft),
         }
     }
 
@@ -359,6 +420,7 @@ impl Snapshot {
             v4: f(&self.v4),
             v6: f(&self.v6),
             sets: f(&self.sets),
+            nft: self.nft.clone(),
         }
     }
 
@@ -369,6 +431,7 @@ impl Snapshot {
             ("iptables-save", &self.v4, &other.v4),
             ("ip6tables-save", &self.v6, &other.v6),
             ("ipset save", &self.sets, &other.sets),
+            ("nft list table … nodeport_guard", &self.nft, &other.nft),
         ] {
             if a != b {
                 out.push_str(
@@ -387,10 +450,60 @@ impl fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "--- iptables-save ---\n{}--- ip6tables-save ---\n{}--- ipset save ---\n{}",
-            self.v4, self.v6, self.sets
+            "--- iptables-save ---\n{}--- ip6tables-save ---\n{}--- ipset save ---\n{}--- nft ---\n{}",
+            self.v4, self.v6, self.sets, self.nft
         )
     }
+}
+
+/// `nft list table` output without the packet counters, which change with traffic.
+fn normalize_nft(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut words: Vec<&str> = Vec::new();
+        let mut iter = line.split(' ').peekable();
+        while let Some(word) = iter.next() {
+            if (word == "packets" || word == "bytes")
+                && iter.peek().is_some_and(|n| n.parse::<u64>().is_ok())
+            {
+                iter.next();
+                continue;
+            }
+            words.push(word);
+        }
+        out.push_str(&words.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+/// nftables state in a canonical order: the blocks of each table (chains and sets, each with
+/// its contents in order) sorted by their header line, so creation order does not matter.
+fn canonical_nft(text: &str) -> String {
+    let mut out = String::new();
+    let mut blocks: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if line.starts_with("table ") {
+            out.push_str(line);
+            out.push('\n');
+        } else if trimmed.starts_with("chain ") || trimmed.starts_with("set ") {
+            current = format!("{line}\n");
+        } else if line == "}" {
+            blocks.sort();
+            out.extend(blocks.drain(..));
+            out.push_str("}\n");
+        } else if trimmed == "}" && !current.is_empty() {
+            current.push_str(line);
+            current.push('\n');
+            blocks.push(std::mem::take(&mut current));
+        } else if !current.is_empty() {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    out
 }
 
 /// Panics with a diff unless the two snapshots are equal.
@@ -631,6 +744,29 @@ pub fn sa(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
 /// (The function stays outside the macro so that rustfmt formats it.)
 macro_rules! backend_tests {
     ($name:ident) => {
+        mod $name {
+            #[test]
+            fn legacy() {
+                $crate::support::require_kernel!();
+                super::$name($crate::support::Backend::Legacy);
+            }
+
+            #[test]
+            fn nft() {
+                $crate::support::require_kernel!();
+                super::$name($crate::support::Backend::Nft);
+            }
+
+            #[test]
+            fn nftables() {
+                $crate::support::require_kernel!();
+                super::$name($crate::support::Backend::Nftables);
+            }
+        }
+    };
+    // For tests that read or change iptables chains by name: the native nftables backend has
+    // its own tests of the same behaviour (`tests/kernel_nftables.rs`).
+    ($name:ident, iptables_only) => {
         mod $name {
             #[test]
             fn legacy() {

@@ -114,14 +114,19 @@ pub mod replies {
     pub const CLIENT_SERVICE: &str = "client-service";
 }
 
-/// Which iptables flavour programs the namespace. The tool is tested against
-/// both, and a namespace must stick to one of them for a given table.
+/// Which firewall backend a lab tests: it decides which iptables flavour
+/// programs the lab's own rules (DNAT, foreign rules) and which `--backend`
+/// nodeport-guard uses. A namespace must stick to one iptables flavour for a
+/// given table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// `iptables-legacy` / `ip6tables-legacy` (x_tables).
     Legacy,
     /// `iptables-nft` / `ip6tables-nft` (nf_tables with xtables compat).
     Nft,
+    /// nodeport-guard's native nftables backend; the lab's own rules (the
+    /// kube-proxy-like DNAT) use iptables-nft, as on a node with kube-proxy.
+    Nftables,
 }
 
 impl Backend {
@@ -133,8 +138,8 @@ impl Backend {
         match (self, family) {
             (Backend::Legacy, Family::V4) => "iptables-legacy",
             (Backend::Legacy, Family::V6) => "ip6tables-legacy",
-            (Backend::Nft, Family::V4) => "iptables-nft",
-            (Backend::Nft, Family::V6) => "ip6tables-nft",
+            (Backend::Nft | Backend::Nftables, Family::V4) => "iptables-nft",
+            (Backend::Nft | Backend::Nftables, Family::V6) => "ip6tables-nft",
         }
     }
 
@@ -143,8 +148,8 @@ impl Backend {
         match (self, family) {
             (Backend::Legacy, Family::V4) => "iptables-legacy-save",
             (Backend::Legacy, Family::V6) => "ip6tables-legacy-save",
-            (Backend::Nft, Family::V4) => "iptables-nft-save",
-            (Backend::Nft, Family::V6) => "ip6tables-nft-save",
+            (Backend::Nft | Backend::Nftables, Family::V4) => "iptables-nft-save",
+            (Backend::Nft | Backend::Nftables, Family::V6) => "ip6tables-nft-save",
         }
     }
 
@@ -153,8 +158,8 @@ impl Backend {
         match (self, family) {
             (Backend::Legacy, Family::V4) => "iptables-legacy-restore",
             (Backend::Legacy, Family::V6) => "ip6tables-legacy-restore",
-            (Backend::Nft, Family::V4) => "iptables-nft-restore",
-            (Backend::Nft, Family::V6) => "ip6tables-nft-restore",
+            (Backend::Nft | Backend::Nftables, Family::V4) => "iptables-nft-restore",
+            (Backend::Nft | Backend::Nftables, Family::V6) => "ip6tables-nft-restore",
         }
     }
 }
@@ -164,6 +169,7 @@ impl fmt::Display for Backend {
         f.write_str(match self {
             Backend::Legacy => "legacy",
             Backend::Nft => "nft",
+            Backend::Nftables => "nftables",
         })
     }
 }
