@@ -380,11 +380,10 @@ struct Compiler<'a> {
 
 /// Compiles the model for this host.
 ///
-/// # Panics
-/// If `config.mark_mask` has fewer than five bits: the config loader refuses such masks.
+/// `config.mark_mask` must have five bits (the config loader refuses other masks); a config
+/// built in code with fewer falls back to the default mask's bits.
 pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
-    let marks = MarkBits::from_mask(config.mark_mask)
-        .unwrap_or_else(|| MarkBits::from_mask(0xffff_0000).unwrap_or(FALLBACK_MARKS));
+    let marks = MarkBits::from_mask(config.mark_mask).unwrap_or(DEFAULT_MARKS);
     let compiler = Compiler {
         config,
         host,
@@ -435,7 +434,8 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     }
 }
 
-const FALLBACK_MARKS: MarkBits = MarkBits {
+/// The bits of the default mask `0xffff0000`.
+const DEFAULT_MARKS: MarkBits = MarkBits {
     accept: 0x1_0000,
     pass: 0x2_0000,
     drop: 0x4_0000,
