@@ -720,3 +720,110 @@ fn status_reports_packets_of_the_rule_that_decided(backend: Backend) {
     assert!(denied_text >= denied, "{text}");
 }
 backend_tests!(status_reports_packets_of_the_rule_that_decided);
+
+/// A monitoring net may reach the node's addresses except one excluded
+/// host (source `nets` + `notNets`, destination `nets`: two OR-lists in one
+/// rule); everyone but two office addresses is denied sixteen NodePorts
+/// (source `notNets` + more ports than one multiport match holds); port
+/// 9100 is closed to the rest.
+const NOT_NETS_WITH_OTHER_ALTERNATIVES: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: monitoring
+spec:
+  order: 10
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      source:
+        nets: [198.51.100.0/24]
+        notNets: [198.51.100.11/32]
+      destination:
+        nets: [198.51.100.1/32, 192.0.2.1/32]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: office-nodeports
+spec:
+  order: 20
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Deny
+      protocol: TCP
+      source:
+        notNets: [198.51.100.10/32, 203.0.113.10/32]
+      destination:
+        ports: [30008, 31001, 31002, 31003, 31004, 31005, 31006, 31007, 31008, 31009, 31010, 31011, 31012, 31013, 31014, 31015]
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [9100]
+";
+
+/// Regression (found by the differential test): when a rule's source
+/// `notNets` and another list of alternatives (destination `nets`, or more
+/// ports than one multiport match holds) were both compiled to match
+/// blocks, the `notNets` block came first and the other block could only
+/// set the match bit: an excluded source was still allowed (fail open),
+/// a whitelisted office address was denied its NodePort, and ports outside
+/// the list were denied to everyone. Every condition of a rule must hold.
+fn not_nets_and_other_alternatives_in_one_rule_all_hold(backend: Backend, native_nftables: bool) {
+    let lab = Lab::new(backend);
+    let mut guard = Guard::new(&lab);
+    if native_nftables {
+        guard = guard.native_nftables();
+    }
+    guard.write_policy("rules.yaml", NOT_NETS_WITH_OTHER_ALTERNATIVES);
+    guard.apply();
+    let node = |port| sa(addr::NODE_V4, port);
+    check_reachability(
+        &lab,
+        "notNets next to other alternatives",
+        &[
+            // The excluded monitoring host is not allowed by `monitoring`.
+            dropped(addr::CLIENT_V4[1], node(ports::HOST_SERVICE)),
+            open(
+                addr::CLIENT_V4[2],
+                node(ports::HOST_SERVICE),
+                replies::HOST_SERVICE,
+            ),
+            // The office address keeps its NodePort; others lose it.
+            open(
+                addr::CLIENT_REMOTE_V4[0],
+                node(ports::NODEPORT),
+                replies::NODEPORT_TARGET,
+            ),
+            dropped(addr::CLIENT_REMOTE_V4[1], node(ports::NODEPORT)),
+            // A port outside the sixteen is not denied.
+            refused(addr::CLIENT_REMOTE_V4[1], node(7000)),
+        ],
+    );
+}
+
+/// See [`not_nets_and_other_alternatives_in_one_rule_all_hold`].
+mod not_nets_and_other_alternatives_in_one_rule_all_hold {
+    use super::{Backend, not_nets_and_other_alternatives_in_one_rule_all_hold as check};
+
+    #[test]
+    fn legacy() {
+        crate::support::require_kernel!();
+        check(Backend::Legacy, false);
+    }
+
+    #[test]
+    fn nft() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, false);
+    }
+
+    #[test]
+    fn nftables() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, true);
+    }
+}
