@@ -827,3 +827,77 @@ mod not_nets_and_other_alternatives_in_one_rule_all_hold {
         check(Backend::Nft, true);
     }
 }
+
+/// Regression (found by the differential test): with the nftables backend,
+/// narrowing a network set's member to a net inside it (203.0.113.0/24 →
+/// 203.0.113.12/31) or widening it back failed ("interval overlaps with an
+/// existing one") because the new member was added before the old one was
+/// deleted, so `apply` refused a valid edit (and a daemon would retry it
+/// forever). Each edit is applied in place, and the whitelist follows it.
+fn network_set_narrowed_and_widened_again_applies_in_place(
+    backend: Backend,
+    native_nftables: bool,
+) {
+    let lab = Lab::new(backend);
+    let mut guard = Guard::new(&lab);
+    if native_nftables {
+        guard = guard.native_nftables();
+    }
+    let rules = format!(
+        "    - action: Allow
+      protocol: TCP
+      source:
+        selector: role == 'office'
+{deny}",
+        deny = deny_tcp(ports::NODEPORT)
+    );
+    guard.write_policy("policy.yaml", &pre_dnat("office-only", Some(30), &rules));
+    let nodeport = sa(addr::NODE_V4, ports::NODEPORT);
+    let (inside, outside) = (addr::CLIENT_REMOTE_V4[2], addr::CLIENT_REMOTE_V4[0]);
+    for (nets, outside_allowed) in [
+        ("203.0.113.0/24", true),
+        ("203.0.113.12/31", false),
+        ("203.0.113.0/24", true),
+    ] {
+        guard.write_policy("office.yaml", &office_set(nets));
+        guard.apply();
+        let (code, out) = guard.plan_detailed();
+        assert_eq!(code, 0, "after applying {nets}: {out}");
+        let outside_probe = if outside_allowed {
+            open(outside, nodeport, replies::NODEPORT_TARGET)
+        } else {
+            dropped(outside, nodeport)
+        };
+        check_reachability(
+            &lab,
+            &format!("office set {nets}"),
+            &[
+                open(inside, nodeport, replies::NODEPORT_TARGET),
+                outside_probe,
+            ],
+        );
+    }
+}
+
+/// See [`network_set_narrowed_and_widened_again_applies_in_place`].
+mod network_set_narrowed_and_widened_again_applies_in_place {
+    use super::{Backend, network_set_narrowed_and_widened_again_applies_in_place as check};
+
+    #[test]
+    fn legacy() {
+        crate::support::require_kernel!();
+        check(Backend::Legacy, false);
+    }
+
+    #[test]
+    fn nft() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, false);
+    }
+
+    #[test]
+    fn nftables() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, true);
+    }
+}

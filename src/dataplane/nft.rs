@@ -370,8 +370,11 @@ fn incremental_family(out: &mut String, family: IpFamily, plan: &Plan, desired: 
                 out.push_str(&element_commands("add", family, &set.name, &set.add));
             }
             SetAction::Update => {
-                out.push_str(&element_commands("add", family, &set.name, &set.add));
+                // Deletions first: an interval set refuses a new member that overlaps an old
+                // one (a whitelist narrowed from a /24 to a /29 inside it, or widened back), and
+                // the whole script is one transaction, so no packet sees the set in between.
                 out.push_str(&element_commands("delete", family, &set.name, &set.remove));
+                out.push_str(&element_commands("add", family, &set.name, &set.add));
             }
             SetAction::Recreate | SetAction::Delete => {}
         }
@@ -509,6 +512,39 @@ mod tests {
             state.sets["npg4-p-abc"]
                 .members
                 .contains("192.0.2.1 . tcp . 8080")
+        );
+    }
+
+    /// An interval set refuses a member overlapping one it holds, so a member replaced by a
+    /// net inside it (or around it) must be deleted before the new one is added, in the same
+    /// transaction.
+    #[test]
+    fn set_updates_delete_before_they_add() {
+        let plan = Plan {
+            tables: vec![],
+            sets: vec![crate::plan::SetChange {
+                name: "npg4-s-office".into(),
+                action: SetAction::Update,
+                family: IpFamily::V4,
+                kind: "ipv4_addr,interval".into(),
+                add: vec!["203.0.113.8/29".into()],
+                remove: vec!["203.0.113.0/24".into()],
+            }],
+        };
+        let mut desired = State::default();
+        desired.sets.insert(
+            "npg4-s-office".into(),
+            SetState {
+                family: IpFamily::V4,
+                kind: "ipv4_addr,interval".into(),
+                members: ["203.0.113.8/29".to_owned()].into(),
+            },
+        );
+        assert_eq!(
+            script(&plan, &desired),
+            "add table ip nodeport_guard\n\
+             delete element ip nodeport_guard npg4-s-office { 203.0.113.0/24 }\n\
+             add element ip nodeport_guard npg4-s-office { 203.0.113.8/29 }\n"
         );
     }
 
