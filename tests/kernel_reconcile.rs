@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::guard::{
     Guard, POLL, SETTLE_TIMEOUT, assert_same_state, backend_tests, check_reachability, dropped,
-    iptables, open, sa,
+    iptables, nft_tables, open, sa,
 };
 use support::{Backend, Family, Lab, addr, ports, replies};
 
@@ -796,3 +796,33 @@ fn saved_plan_is_refused_as_stale_when_the_policies_changed(backend: Backend) {
     behaves_unguarded(&lab, "nothing was applied");
 }
 backend_tests!(saved_plan_is_refused_as_stale_when_the_policies_changed);
+
+/// With the native nftables backend an unconfirmed `apply
+/// --confirm-timeout 2` rolls back as well: the new rules (B) are in force
+/// at once, and then the kernel returns by itself to exactly the previous
+/// tables (A), in rules and in behaviour; `confirm` then says the apply was
+/// rolled back.
+#[test]
+fn unconfirmed_apply_rolls_back_with_native_nftables() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = Guard::new(&lab).native_nftables();
+    guard.write_policy("policy.yaml", &policy_a());
+    guard.apply();
+    let a = nft_tables(&lab);
+    guard.write_policy("policy.yaml", &policy_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
+    assert_ne!(nft_tables(&lab), a, "B must differ from A");
+    behaves_like_b(&lab, "before the deadline");
+
+    let rolled_back = support::wait_until(SETTLE_TIMEOUT, POLL, || nft_tables(&lab) == a);
+    let out = guard.run_expect(&["confirm"], 1);
+    assert!(
+        rolled_back,
+        "not rolled back ({}):\n--- A ---\n{a}--- now ---\n{}",
+        out.stderr.trim(),
+        nft_tables(&lab)
+    );
+    assert_contains(&out.stderr, "was rolled back", "confirm after the rollback");
+    behaves_like_a(&lab, "after the rollback");
+}

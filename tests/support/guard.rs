@@ -565,9 +565,11 @@ impl fmt::Debug for Snapshot {
 }
 
 /// Our native nftables tables (`table ip nodeport_guard` and `table ip6
-/// nodeport_guard`) as `nft list table` prints them, with `counter packets
-/// N bytes M` zeroed and rule handles left out; empty for a family without
-/// our table.
+/// nodeport_guard`) as `nft list table` prints them, in a canonical form:
+/// `counter packets N bytes M` zeroed, and within each table the chains and
+/// sets sorted by name (nft lists them in the order they were created, which
+/// says nothing about what they filter). Empty for a family without our
+/// table.
 #[track_caller]
 pub fn nft_tables(lab: &Lab) -> String {
     let mut out = String::new();
@@ -578,10 +580,22 @@ pub fn nft_tables(lab: &Lab) -> String {
         if !listing.success() {
             continue;
         }
+        let mut blocks: Vec<String> = Vec::new();
+        let mut current = String::new();
         for line in listing.stdout.lines() {
-            out.push_str(&zero_nft_counters(line));
-            out.push('\n');
+            if line.starts_with("table ") || line == "}" {
+                continue;
+            }
+            current.push_str(&zero_nft_counters(line));
+            current.push('\n');
+            if line == "\t}" {
+                blocks.push(std::mem::take(&mut current));
+            }
         }
+        blocks.sort();
+        out.push_str(&format!("table {family} nodeport_guard {{\n"));
+        out.push_str(&blocks.concat());
+        out.push_str("}\n");
     }
     out
 }
