@@ -583,7 +583,7 @@ pub fn nft_tables(lab: &Lab) -> String {
         let mut blocks: Vec<String> = Vec::new();
         let mut current = String::new();
         for line in listing.stdout.lines() {
-            if line.starts_with("table ") || line == "}" {
+            if line.starts_with("table ") || line == "}" || line.trim().is_empty() {
                 continue;
             }
             current.push_str(&zero_nft_counters(line));
