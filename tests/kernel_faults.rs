@@ -646,6 +646,70 @@ fn daemon_killed_while_reloading_converges_after_restart(backend: Backend, nativ
 all_backends!(daemon_killed_while_reloading_converges_after_restart);
 
 // ---------------------------------------------------------------------------
+// The xtables lock.
+// ---------------------------------------------------------------------------
+
+/// The lock file iptables-legacy takes (host-wide, also inside network
+/// namespaces).
+const XTABLES_LOCK: &str = "/run/xtables.lock";
+
+/// Holds the xtables lock with `flock` for `seconds`; killed on drop.
+struct LockHolder {
+    child: std::process::Child,
+}
+
+impl LockHolder {
+    #[track_caller]
+    fn hold(seconds: u32) -> LockHolder {
+        use std::os::unix::process::CommandExt as _;
+        let child = std::process::Command::new(cmd::program_path("flock"))
+            .arg(XTABLES_LOCK)
+            .arg("-c")
+            .arg(format!("sleep {seconds}"))
+            .process_group(0)
+            .spawn()
+            .expect("start flock");
+        let holder = LockHolder { child };
+        let held = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+            !cmd::run("flock", &["-n", XTABLES_LOCK, "true"], None).success()
+        });
+        assert!(held, "flock did not take {XTABLES_LOCK}");
+        holder
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        let pgid = nix::unistd::Pid::from_raw(-(self.child.id() as i32));
+        let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// Another program holding the xtables lock (iptables-legacy's, host-wide)
+/// makes `apply` wait for it and then succeed, and the operator is told on
+/// stderr why `apply` is waiting.
+#[test]
+fn apply_waits_for_the_xtables_lock_and_says_so() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Legacy);
+    let guard = Guard::new(&lab);
+    guard.write_policy("policy.yaml", &version_a());
+    let holder = LockHolder::hold(3);
+    let started = Instant::now();
+    let out = guard.run(&["apply", "--yes"]);
+    let waited = started.elapsed();
+    drop(holder);
+    assert_eq!(out.status.code(), Some(0), "{out}");
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "apply returned after {waited:?}, before the lock was free: {out}"
+    );
+    assert_contains(&out.stderr, "xtables lock", "apply's stderr");
+    assert_eq!(guard.plan_detailed().0, 0);
+}
+
+// ---------------------------------------------------------------------------
 // Sets under traffic.
 // ---------------------------------------------------------------------------
 
