@@ -13,6 +13,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -844,3 +845,185 @@ fn sets_in_use_are_updated_in_place_under_traffic(backend: Backend) {
     );
 }
 iptables_backends!(sets_in_use_are_updated_in_place_under_traffic);
+
+// ---------------------------------------------------------------------------
+// A state directory that cannot be written.
+// ---------------------------------------------------------------------------
+
+/// A tmpfs mounted for one test (in the root mount namespace, which `ip
+/// netns exec` copies), unmounted on drop.
+struct TmpfsMount {
+    dir: tempfile::TempDir,
+}
+
+impl TmpfsMount {
+    #[track_caller]
+    fn new(size: &str) -> TmpfsMount {
+        let dir = tempfile::Builder::new()
+            .prefix("npg-tmpfs-")
+            .tempdir()
+            .expect("temporary directory");
+        let target = dir.path().display().to_string();
+        cmd::run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                &target,
+            ],
+            None,
+        )
+        .expect_success();
+        TmpfsMount { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    #[track_caller]
+    fn read_only(&self) {
+        let target = self.path().display().to_string();
+        cmd::run("mount", &["-o", "remount,ro", &target], None).expect_success();
+    }
+
+    /// Fills the file system up.
+    #[track_caller]
+    fn fill(&self) {
+        let fill = self.path().join("fill");
+        // dd stops with "No space left on device"; that is the point.
+        let _ = cmd::run(
+            "dd",
+            &["if=/dev/zero", &format!("of={}", fill.display()), "bs=4096"],
+            None,
+        );
+        let probe = std::fs::write(self.path().join("probe"), b"x");
+        assert!(probe.is_err(), "the tmpfs should be full");
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let target = self.dir.path().display().to_string();
+        let out = cmd::run("umount", &["-l", &target], None);
+        if !out.success() {
+            eprintln!("warning: could not unmount {target}: {out}");
+        }
+    }
+}
+
+/// Which unusable state directory a test points nodeport-guard at.
+#[derive(Clone, Copy, Debug)]
+enum Unwritable {
+    /// An existing directory on a read-only file system.
+    ReadOnly,
+    /// A directory that does not exist and cannot be created (read-only
+    /// file system).
+    Missing,
+    /// An existing directory on a full file system.
+    Full,
+}
+
+/// With a state directory that cannot be written (read-only, missing on a
+/// read-only file system, or on a full file system): `apply` still
+/// reconciles and says it could not use the state directory; the daemon
+/// still applies and repairs, and says so; `apply --confirm-timeout`
+/// refuses, saying it cannot promise the rollback, and changes nothing.
+fn unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(which: Unwritable) {
+    let lab = Lab::new(Backend::Nft);
+    let mount = TmpfsMount::new("1m");
+    let state: PathBuf = match which {
+        Unwritable::Missing => mount.path().join("missing/state"),
+        Unwritable::ReadOnly | Unwritable::Full => {
+            let state = mount.path().join("state");
+            std::fs::create_dir(&state).expect("state directory");
+            state
+        }
+    };
+    match which {
+        Unwritable::Full => mount.fill(),
+        Unwritable::ReadOnly | Unwritable::Missing => mount.read_only(),
+    }
+    let guard = Guard::new(&lab).with_state_dir(&state);
+    guard.write_config(FAST_DAEMON);
+
+    guard.write_policy("policy.yaml", &version_a());
+    let out = guard.run(&["apply", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{which:?}: {out}");
+    assert_contains(&out.stderr, "state directory", &format!("{which:?} apply"));
+    assert_eq!(guard.plan_detailed().0, 0, "{which:?}: applied");
+
+    let before = Snapshot::take(&lab);
+    guard.write_policy("policy.yaml", &version_b());
+    let out = guard.run(&["apply", "--yes", "--confirm-timeout", "30"]);
+    assert_eq!(out.status.code(), Some(1), "{which:?}: {out}");
+    assert_contains(
+        &out.stderr,
+        "state directory",
+        &format!("{which:?} confirm"),
+    );
+    assert_contains(&out.stderr, "roll", &format!("{which:?} confirm"));
+    assert_eq!(
+        Snapshot::take(&lab),
+        before,
+        "{which:?}: a refused confirm window changes nothing"
+    );
+
+    let mut daemon = start_daemon(&guard, "daemon.log");
+    // Drift is repaired too.
+    let chain = Snapshot::take(&lab)
+        .chains(support::Family::V4, "mangle", "npg-pi-")
+        .into_iter()
+        .next()
+        .expect("a policy chain");
+    lab.iptables_ok(support::Family::V4, &["-t", "mangle", "-F", &chain]);
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    let repaired = wait_until(CONVERGE_TIMEOUT, POLL, || guard.plan_detailed().0 == 0);
+    assert!(
+        repaired,
+        "{which:?}: the daemon repaired drift:\n{}",
+        daemon.log()
+    );
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        daemon
+            .wait_exit(Duration::from_secs(10))
+            .is_some_and(|s| s.success()),
+        "{which:?}: {}",
+        daemon.log()
+    );
+    assert_contains(
+        &daemon.log(),
+        "state directory",
+        &format!("{which:?} daemon log"),
+    );
+}
+
+mod unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window {
+    use super::Unwritable;
+
+    #[test]
+    fn read_only() {
+        crate::support::require_kernel!();
+        super::unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(
+            Unwritable::ReadOnly,
+        );
+    }
+
+    #[test]
+    fn missing() {
+        crate::support::require_kernel!();
+        super::unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(
+            Unwritable::Missing,
+        );
+    }
+
+    #[test]
+    fn full() {
+        crate::support::require_kernel!();
+        super::unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(Unwritable::Full);
+    }
+}
