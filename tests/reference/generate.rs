@@ -507,8 +507,8 @@ pub fn packet_space(rng: &mut Rng, index: usize) -> Vec<Packet> {
 
 /// Picks up to `count` packets with distinct source ports, spread over the
 /// different ways the reference decides (a different deciding rule, or
-/// allowed vs dropped), so that one case exercises as many rules as
-/// possible.
+/// allowed vs dropped, alternating), so that one case exercises as many
+/// rules as possible.
 pub fn pick_probes(
     rng: &mut Rng,
     scenario: &Scenario,
@@ -523,6 +523,19 @@ pub fn pick_probes(
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, members)) => members.push(packet),
             None => groups.push((key, vec![packet])),
+        }
+    }
+    // Alternate between ways of being dropped and ways of being allowed, so both kinds of
+    // mistake get probed even when one kind decides most packets.
+    let (mut dropped, mut allowed): (Vec<_>, Vec<_>) = groups
+        .into_iter()
+        .partition(|(key, _)| key.starts_with("false"));
+    let mut groups = Vec::new();
+    while !dropped.is_empty() || !allowed.is_empty() {
+        for side in [&mut dropped, &mut allowed] {
+            if !side.is_empty() {
+                groups.push(side.remove(0));
+            }
         }
     }
     let mut picked: Vec<Packet> = Vec::new();
