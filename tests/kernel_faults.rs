@@ -646,6 +646,93 @@ fn daemon_killed_while_reloading_converges_after_restart(backend: Backend, nativ
 }
 all_backends!(daemon_killed_while_reloading_converges_after_restart);
 
+/// A policy file with a port out of range (line 13).
+const BROKEN: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: broken
+spec:
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [70000]
+";
+
+/// The daemon never applies a broken or suddenly empty policy set. When a
+/// file becomes invalid it logs the error with the file's location and the
+/// last good rules stay, also through a SIGHUP reload, and are put back
+/// from memory when someone flushes one of them (resync). When every
+/// policy file disappears it refuses (`allowEmpty` is false) and keeps the
+/// rules. `apply --yes` of an empty directory, by contrast, removes them:
+/// only the daemon guards against an empty set.
+fn daemon_keeps_the_last_good_rules_on_invalid_or_empty_input(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_config("debounce: 20ms\nresyncInterval: 1s\n");
+    guard.write_policy("policy.yaml", &version_a());
+    let mut daemon = start_daemon(&guard, "daemon.log");
+    let good = atomic_parts(&lab, false);
+
+    guard.write_policy("broken.yaml", BROKEN);
+    let reported = wait_until(CONVERGE_TIMEOUT, POLL, || {
+        daemon.log().contains("broken.yaml:13:")
+    });
+    assert!(
+        reported,
+        "the error is logged with its location:\n{}",
+        daemon.log()
+    );
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    let chain = Snapshot::take(&lab)
+        .chains(support::Family::V4, "mangle", "npg-pi-")
+        .into_iter()
+        .next()
+        .expect("a policy chain");
+    lab.iptables_ok(support::Family::V4, &["-t", "mangle", "-F", &chain]);
+    let repaired = wait_until(CONVERGE_TIMEOUT, POLL, || atomic_parts(&lab, false) == good);
+    assert!(
+        repaired,
+        "the last good rules are put back while the files are invalid:\n{}",
+        daemon.log()
+    );
+
+    guard.remove_policy("broken.yaml");
+    guard.remove_policy("policy.yaml");
+    let refused = wait_until(CONVERGE_TIMEOUT, POLL, || {
+        daemon.log().contains("holds no policy at all")
+    });
+    assert!(refused, "the empty set is refused:\n{}", daemon.log());
+    // Watched over two resyncs, the rules do not change.
+    let changed = wait_until(Duration::from_millis(2500), POLL, || {
+        atomic_parts(&lab, false) != good
+    });
+    assert!(!changed, "the rules changed:\n{}", daemon.log());
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        daemon
+            .wait_exit(Duration::from_secs(10))
+            .is_some_and(|s| s.success()),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(
+        atomic_parts(&lab, false),
+        good,
+        "the rules stay after SIGTERM"
+    );
+
+    guard.apply();
+    assert!(
+        Snapshot::take(&lab).has_nothing_of_ours(),
+        "apply of an empty directory removes everything"
+    );
+}
+iptables_backends!(daemon_keeps_the_last_good_rules_on_invalid_or_empty_input);
+
 // ---------------------------------------------------------------------------
 // The xtables lock.
 // ---------------------------------------------------------------------------

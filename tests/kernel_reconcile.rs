@@ -826,3 +826,34 @@ fn unconfirmed_apply_rolls_back_with_native_nftables() {
     assert_contains(&out.stderr, "was rolled back", "confirm after the rollback");
     behaves_like_a(&lab, "after the rollback");
 }
+
+/// With the native nftables backend a foreign ACCEPT cannot open a guarded
+/// port at all: an accept only ends its own base chain, and our base chain
+/// still sees the packet. Neither an iptables-nft ACCEPT at the top of
+/// mangle PREROUTING nor a foreign nft table accepting everything at a
+/// priority before ours makes the NodePort reachable for the unlisted
+/// client, and `plan` finds nothing to repair.
+#[test]
+fn foreign_accept_cannot_bypass_native_nftables() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = Guard::new(&lab).native_nftables();
+    guard.write_policy("a.yaml", &policy_a());
+    guard.apply();
+    iptables(
+        &lab,
+        Family::V4,
+        "-t mangle -I PREROUTING 1 -m comment --comment other-tool -j ACCEPT",
+    );
+    lab.node().exec_with_stdin(
+        "nft",
+        &["-f", "-"],
+        b"add table ip other_tool\n\
+          add chain ip other_tool early { type filter hook prerouting priority -400; policy accept; }\n\
+          add rule ip other_tool early accept\n",
+    )
+    .expect_success();
+    behaves_like_a(&lab, "with foreign accepts before our base chain");
+    let (code, out) = guard.plan_detailed();
+    assert_eq!(code, 0, "{out}");
+}

@@ -901,3 +901,81 @@ mod network_set_narrowed_and_widened_again_applies_in_place {
         check(Backend::Nft, true);
     }
 }
+
+/// Tightening a policy does not cut flows conntrack already tracks: the
+/// pre-DNAT chain lets ESTABLISHED packets through before any policy. A UDP
+/// flow to the NodePort that was answered before a Deny was applied keeps
+/// being answered (same source port), a new flow from the same client is
+/// dropped, and once conntrack forgets the flow (`conntrack -F` here, its
+/// timeout on a real node) the Deny applies to it too.
+fn established_flows_survive_a_tightening_until_conntrack_forgets_them(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let nodeport = sa(addr::NODE_V4, ports::NODEPORT_UDP);
+    let client = addr::CLIENT_V4[1];
+    let flow = |port: u16, timeout: Duration| {
+        support::Connect::to(nodeport)
+            .from(client)
+            .source_port(port)
+            .timeout(timeout)
+            .udp(lab.client())
+    };
+    assert_eq!(
+        flow(41000, CONNECT_TIMEOUT),
+        Ok(replies::NODEPORT_UDP_TARGET.to_string()),
+        "the flow is answered before the policy"
+    );
+    let deny = "    - action: Deny
+      protocol: UDP
+      destination:
+        ports: [30053]
+";
+    guard.write_policy("deny.yaml", &pre_dnat("deny-udp-nodeport", Some(10), deny));
+    guard.apply();
+    assert_eq!(
+        flow(41000, CONNECT_TIMEOUT),
+        Ok(replies::NODEPORT_UDP_TARGET.to_string()),
+        "the tracked flow survives the tightening"
+    );
+    let drop = support::DROP_TIMEOUT;
+    assert_eq!(flow(41001, drop), Err(support::ConnectError::TimedOut));
+    support::conntrack_flush(lab.node());
+    assert_eq!(
+        flow(41000, drop),
+        Err(support::ConnectError::TimedOut),
+        "a forgotten flow meets the Deny"
+    );
+}
+backend_tests!(established_flows_survive_a_tightening_until_conntrack_forgets_them);
+
+/// The host is never cut off from itself: under a pre-DNAT policy that
+/// denies everything, the node still reaches its own host service on its
+/// own addresses (IPv4 and IPv6, looped back through `lo`), while the same
+/// service is dropped for a client.
+fn the_host_reaches_its_own_services_under_a_deny_everything_policy(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy(
+        "deny.yaml",
+        &pre_dnat("deny-everything", Some(1), DENY_EVERYTHING),
+    );
+    guard.apply();
+    for family in [Family::V4, Family::V6] {
+        let service = sa(family.node_addr(), ports::HOST_SERVICE);
+        let reply = support::Connect::to(service)
+            .from(family.node_addr())
+            .timeout(CONNECT_TIMEOUT)
+            .tcp(lab.node())
+            .unwrap_or_else(|e| panic!("{backend}: the node to its own {service}: {e}"));
+        assert_eq!(reply, replies::HOST_SERVICE);
+    }
+    check_reachability(
+        &lab,
+        "a client under deny-everything",
+        &[dropped(
+            addr::CLIENT_V4[1],
+            sa(addr::NODE_V4, ports::HOST_SERVICE),
+        )],
+    );
+}
+backend_tests!(the_host_reaches_its_own_services_under_a_deny_everything_policy);
