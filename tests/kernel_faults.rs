@@ -1089,6 +1089,7 @@ fn unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(which: Unw
     );
 }
 
+/// See [`unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window`].
 mod unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window {
     use super::Unwritable;
 
