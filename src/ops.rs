@@ -278,7 +278,7 @@ pub fn apply_command(
     let changes = plan::plan(&desired, &observed);
     if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
-        state_dir.set_applied(&index).ok();
+        record_applied(&state_dir, &index);
         return Ok(ExitCode::SUCCESS);
     }
     print_plan(&changes);
@@ -289,13 +289,15 @@ pub fn apply_command(
     // With a confirm window, the way back is written down before anything changes, so an
     // interrupted apply can still be rolled back.
     let pending = match confirm_timeout {
-        Some(seconds) => Some(record_pending(
-            &state_dir,
-            backend,
-            families,
-            observed.clone(),
-            seconds,
-        )?),
+        Some(seconds) => Some(
+            record_pending(&state_dir, backend, families, observed.clone(), seconds)
+                .with_context(|| {
+                    format!(
+                        "refusing `--confirm-timeout`: the way back cannot be written to the state directory `{}`, so no rollback could be promised; nothing was changed (use a writable `--state-dir`, or apply without `--confirm-timeout`)",
+                        state_dir.path().display()
+                    )
+                })?,
+        ),
         None => None,
     };
     let outcome = match reconcile::apply_against(&dataplane, &desired, observed) {
@@ -305,7 +307,7 @@ pub fn apply_command(
             return Err(error.into());
         }
     };
-    state_dir.set_applied(&index).ok();
+    record_applied(&state_dir, &index);
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
     if let Some(pending) = pending
         && let Err(error) = start_watcher(&state_dir, pending)
@@ -322,6 +324,17 @@ pub fn apply_command(
         });
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records which kernel rules carry which policy rule; a state directory that cannot be written
+/// does not stop an apply, but the operator hears about it.
+fn record_applied(state_dir: &StateDir, index: &AppliedIndex) {
+    if let Err(error) = state_dir.set_applied(index) {
+        tracing::warn!(
+            dir = %state_dir.path().display(),
+            "cannot write the state directory, so `status` cannot name the policy rules of the counters: {error:#}"
+        );
+    }
 }
 
 fn record_pending(

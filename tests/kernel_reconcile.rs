@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::guard::{
     Guard, POLL, SETTLE_TIMEOUT, assert_same_state, backend_tests, check_reachability, dropped,
-    iptables, open, sa,
+    iptables, nft_tables, open, sa,
 };
 use support::{Backend, Family, Lab, addr, ports, replies};
 
@@ -805,3 +805,64 @@ fn saved_plan_is_refused_as_stale_when_the_policies_changed(backend: Backend) {
     behaves_unguarded(&lab, "nothing was applied");
 }
 backend_tests!(saved_plan_is_refused_as_stale_when_the_policies_changed);
+
+/// With the native nftables backend an unconfirmed `apply
+/// --confirm-timeout 2` rolls back as well: the new rules (B) are in force
+/// at once, and then the kernel returns by itself to exactly the previous
+/// tables (A), in rules and in behaviour; `confirm` then says the apply was
+/// rolled back.
+#[test]
+fn unconfirmed_apply_rolls_back_with_native_nftables() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = Guard::new(&lab).native_nftables();
+    guard.write_policy("policy.yaml", &policy_a());
+    guard.apply();
+    let a = nft_tables(&lab);
+    guard.write_policy("policy.yaml", &policy_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
+    assert_ne!(nft_tables(&lab), a, "B must differ from A");
+    behaves_like_b(&lab, "before the deadline");
+
+    let rolled_back = support::wait_until(SETTLE_TIMEOUT, POLL, || nft_tables(&lab) == a);
+    let out = guard.run_expect(&["confirm"], 1);
+    assert!(
+        rolled_back,
+        "not rolled back ({}):\n--- A ---\n{a}--- now ---\n{}",
+        out.stderr.trim(),
+        nft_tables(&lab)
+    );
+    assert_contains(&out.stderr, "was rolled back", "confirm after the rollback");
+    behaves_like_a(&lab, "after the rollback");
+}
+
+/// With the native nftables backend a foreign ACCEPT cannot open a guarded
+/// port at all: an accept only ends its own base chain, and our base chain
+/// still sees the packet. Neither an iptables-nft ACCEPT at the top of
+/// mangle PREROUTING nor a foreign nft table accepting everything at a
+/// priority before ours makes the NodePort reachable for the unlisted
+/// client, and `plan` finds nothing to repair.
+#[test]
+fn foreign_accept_cannot_bypass_native_nftables() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = Guard::new(&lab).native_nftables();
+    guard.write_policy("a.yaml", &policy_a());
+    guard.apply();
+    iptables(
+        &lab,
+        Family::V4,
+        "-t mangle -I PREROUTING 1 -m comment --comment other-tool -j ACCEPT",
+    );
+    lab.node().exec_with_stdin(
+        "nft",
+        &["-f", "-"],
+        b"add table ip other_tool\n\
+          add chain ip other_tool early { type filter hook prerouting priority -400; policy accept; }\n\
+          add rule ip other_tool early accept\n",
+    )
+    .expect_success();
+    behaves_like_a(&lab, "with foreign accepts before our base chain");
+    let (code, out) = guard.plan_detailed();
+    assert_eq!(code, 0, "{out}");
+}

@@ -720,3 +720,262 @@ fn status_reports_packets_of_the_rule_that_decided(backend: Backend) {
     assert!(denied_text >= denied, "{text}");
 }
 backend_tests!(status_reports_packets_of_the_rule_that_decided);
+
+/// A monitoring net may reach the node's addresses except one excluded
+/// host (source `nets` + `notNets`, destination `nets`: two OR-lists in one
+/// rule); everyone but two office addresses is denied sixteen NodePorts
+/// (source `notNets` + more ports than one multiport match holds); port
+/// 9100 is closed to the rest.
+const NOT_NETS_WITH_OTHER_ALTERNATIVES: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: monitoring
+spec:
+  order: 10
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      source:
+        nets: [198.51.100.0/24]
+        notNets: [198.51.100.11/32]
+      destination:
+        nets: [198.51.100.1/32, 192.0.2.1/32]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: office-nodeports
+spec:
+  order: 20
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Deny
+      protocol: TCP
+      source:
+        notNets: [198.51.100.10/32, 203.0.113.10/32]
+      destination:
+        ports: [30008, 31001, 31002, 31003, 31004, 31005, 31006, 31007, 31008, 31009, 31010, 31011, 31012, 31013, 31014, 31015]
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [9100]
+";
+
+/// Regression (found by the differential test): when a rule's source
+/// `notNets` and another list of alternatives (destination `nets`, or more
+/// ports than one multiport match holds) were both compiled to match
+/// blocks, the `notNets` block came first and the other block could only
+/// set the match bit: an excluded source was still allowed (fail open),
+/// a whitelisted office address was denied its NodePort, and ports outside
+/// the list were denied to everyone. Every condition of a rule must hold.
+fn not_nets_and_other_alternatives_in_one_rule_all_hold(backend: Backend, native_nftables: bool) {
+    let lab = Lab::new(backend);
+    let mut guard = Guard::new(&lab);
+    if native_nftables {
+        guard = guard.native_nftables();
+    }
+    guard.write_policy("rules.yaml", NOT_NETS_WITH_OTHER_ALTERNATIVES);
+    guard.apply();
+    let node = |port| sa(addr::NODE_V4, port);
+    check_reachability(
+        &lab,
+        "notNets next to other alternatives",
+        &[
+            // The excluded monitoring host is not allowed by `monitoring`.
+            dropped(addr::CLIENT_V4[1], node(ports::HOST_SERVICE)),
+            open(
+                addr::CLIENT_V4[2],
+                node(ports::HOST_SERVICE),
+                replies::HOST_SERVICE,
+            ),
+            // The office address keeps its NodePort; others lose it.
+            open(
+                addr::CLIENT_REMOTE_V4[0],
+                node(ports::NODEPORT),
+                replies::NODEPORT_TARGET,
+            ),
+            dropped(addr::CLIENT_REMOTE_V4[1], node(ports::NODEPORT)),
+            // A port outside the sixteen is not denied.
+            refused(addr::CLIENT_REMOTE_V4[1], node(7000)),
+        ],
+    );
+}
+
+/// See [`not_nets_and_other_alternatives_in_one_rule_all_hold`].
+mod not_nets_and_other_alternatives_in_one_rule_all_hold {
+    use super::{Backend, not_nets_and_other_alternatives_in_one_rule_all_hold as check};
+
+    #[test]
+    fn legacy() {
+        crate::support::require_kernel!();
+        check(Backend::Legacy, false);
+    }
+
+    #[test]
+    fn nft() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, false);
+    }
+
+    #[test]
+    fn nftables() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, true);
+    }
+}
+
+/// Regression (found by the differential test): with the nftables backend,
+/// narrowing a network set's member to a net inside it (203.0.113.0/24 →
+/// 203.0.113.12/31) or widening it back failed ("interval overlaps with an
+/// existing one") because the new member was added before the old one was
+/// deleted, so `apply` refused a valid edit (and a daemon would retry it
+/// forever). Each edit is applied in place, and the whitelist follows it.
+fn network_set_narrowed_and_widened_again_applies_in_place(
+    backend: Backend,
+    native_nftables: bool,
+) {
+    let lab = Lab::new(backend);
+    let mut guard = Guard::new(&lab);
+    if native_nftables {
+        guard = guard.native_nftables();
+    }
+    let rules = format!(
+        "    - action: Allow
+      protocol: TCP
+      source:
+        selector: role == 'office'
+{deny}",
+        deny = deny_tcp(ports::NODEPORT)
+    );
+    guard.write_policy("policy.yaml", &pre_dnat("office-only", Some(30), &rules));
+    let nodeport = sa(addr::NODE_V4, ports::NODEPORT);
+    let (inside, outside) = (addr::CLIENT_REMOTE_V4[2], addr::CLIENT_REMOTE_V4[0]);
+    for (nets, outside_allowed) in [
+        ("203.0.113.0/24", true),
+        ("203.0.113.12/31", false),
+        ("203.0.113.0/24", true),
+    ] {
+        guard.write_policy("office.yaml", &office_set(nets));
+        guard.apply();
+        let (code, out) = guard.plan_detailed();
+        assert_eq!(code, 0, "after applying {nets}: {out}");
+        let outside_probe = if outside_allowed {
+            open(outside, nodeport, replies::NODEPORT_TARGET)
+        } else {
+            dropped(outside, nodeport)
+        };
+        check_reachability(
+            &lab,
+            &format!("office set {nets}"),
+            &[
+                open(inside, nodeport, replies::NODEPORT_TARGET),
+                outside_probe,
+            ],
+        );
+    }
+}
+
+/// See [`network_set_narrowed_and_widened_again_applies_in_place`].
+mod network_set_narrowed_and_widened_again_applies_in_place {
+    use super::{Backend, network_set_narrowed_and_widened_again_applies_in_place as check};
+
+    #[test]
+    fn legacy() {
+        crate::support::require_kernel!();
+        check(Backend::Legacy, false);
+    }
+
+    #[test]
+    fn nft() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, false);
+    }
+
+    #[test]
+    fn nftables() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, true);
+    }
+}
+
+/// Tightening a policy does not cut flows conntrack already tracks: the
+/// pre-DNAT chain lets ESTABLISHED packets through before any policy. A UDP
+/// flow to the NodePort that was answered before a Deny was applied keeps
+/// being answered (same source port), a new flow from the same client is
+/// dropped, and once conntrack forgets the flow (`conntrack -F` here, its
+/// timeout on a real node) the Deny applies to it too.
+fn established_flows_survive_a_tightening_until_conntrack_forgets_them(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let nodeport = sa(addr::NODE_V4, ports::NODEPORT_UDP);
+    let client = addr::CLIENT_V4[1];
+    let flow = |port: u16, timeout: Duration| {
+        support::Connect::to(nodeport)
+            .from(client)
+            .source_port(port)
+            .timeout(timeout)
+            .udp(lab.client())
+    };
+    assert_eq!(
+        flow(41000, CONNECT_TIMEOUT),
+        Ok(replies::NODEPORT_UDP_TARGET.to_string()),
+        "the flow is answered before the policy"
+    );
+    let deny = "    - action: Deny
+      protocol: UDP
+      destination:
+        ports: [30053]
+";
+    guard.write_policy("deny.yaml", &pre_dnat("deny-udp-nodeport", Some(10), deny));
+    guard.apply();
+    assert_eq!(
+        flow(41000, CONNECT_TIMEOUT),
+        Ok(replies::NODEPORT_UDP_TARGET.to_string()),
+        "the tracked flow survives the tightening"
+    );
+    let drop = support::DROP_TIMEOUT;
+    assert_eq!(flow(41001, drop), Err(support::ConnectError::TimedOut));
+    support::conntrack_flush(lab.node());
+    assert_eq!(
+        flow(41000, drop),
+        Err(support::ConnectError::TimedOut),
+        "a forgotten flow meets the Deny"
+    );
+}
+backend_tests!(established_flows_survive_a_tightening_until_conntrack_forgets_them);
+
+/// The host is never cut off from itself: under a pre-DNAT policy that
+/// denies everything, the node still reaches its own host service on its
+/// own addresses (IPv4 and IPv6, looped back through `lo`), while the same
+/// service is dropped for a client.
+fn the_host_reaches_its_own_services_under_a_deny_everything_policy(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy(
+        "deny.yaml",
+        &pre_dnat("deny-everything", Some(1), DENY_EVERYTHING),
+    );
+    guard.apply();
+    for family in [Family::V4, Family::V6] {
+        let service = sa(family.node_addr(), ports::HOST_SERVICE);
+        let reply = support::Connect::to(service)
+            .from(family.node_addr())
+            .timeout(CONNECT_TIMEOUT)
+            .tcp(lab.node())
+            .unwrap_or_else(|e| panic!("{backend}: the node to its own {service}: {e}"));
+        assert_eq!(reply, replies::HOST_SERVICE);
+    }
+    check_reachability(
+        &lab,
+        "a client under deny-everything",
+        &[dropped(
+            addr::CLIENT_V4[1],
+            sa(addr::NODE_V4, ports::HOST_SERVICE),
+        )],
+    );
+}
+backend_tests!(the_host_reaches_its_own_services_under_a_deny_everything_policy);

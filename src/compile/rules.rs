@@ -258,6 +258,12 @@ pub fn compile_rule(
 
     let mut out: Vec<Rule> = Vec::new();
     let tag = |rule: Rule| rule.comment(comment.clone());
+    // The first `Any` block can only *set* scratch0 (it starts the AND chain from 0), so every
+    // `Any` block must come before any `None` block, whichever side each came from: a source
+    // `notNets` block ahead of a destination `nets` block would otherwise be overridden by it,
+    // and the destination condition would never be required. AND is commutative; the sort is
+    // stable, so the rules read in the order the policy wrote its conditions.
+    blocks.sort_by_key(|block| matches!(block, Block::None(_)));
     if let Some(first) = blocks.first() {
         let initial = match first {
             Block::Any(_) => 0,

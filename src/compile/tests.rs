@@ -337,6 +337,38 @@ fn more_than_fifteen_ports_split_into_a_block() {
     );
 }
 
+/// A rule needing both a `notNets` block (source) and a `nets` block (destination): the
+/// alternatives of the destination must start the AND chain from a clear bit, and the source's
+/// exclusions must come after them, so neither can undo the other.
+#[test]
+fn not_nets_block_comes_after_every_any_block_of_the_rule() {
+    let mut allow = rule(PolicyAction::Allow);
+    allow.source.not_nets = nets(&["198.51.100.11/32", "203.0.113.0/24"]);
+    allow.destination.nets = nets(&["198.51.100.1/32", "192.0.2.1/32"]);
+    let compiled = compile_policies(
+        vec![policy("both", 1.0, PolicyKind::PreDnat, vec![allow])],
+        &Config::default(),
+    );
+    let chain = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-pi-both");
+    let tail: Vec<&str> = chain
+        .iter()
+        .map(|line| line.split("rule 0\" ").nth(1).unwrap_or(line))
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            "-j MARK --set-xmark 0x0/0x180000",
+            "-d 198.51.100.1/32 -j MARK --set-xmark 0x80000/0x80000",
+            "-d 192.0.2.1/32 -j MARK --set-xmark 0x80000/0x80000",
+            "-s 198.51.100.11/32 -j MARK --set-xmark 0x0/0x80000",
+            "-s 203.0.113.0/24 -j MARK --set-xmark 0x0/0x80000",
+            // (the Return after it is the chain's last rule, and dropped as Felix does)
+            "-m mark --mark 0x80000/0x80000 -j MARK --set-xmark 0x10000/0x10000",
+        ],
+        "{chain:#?}"
+    );
+}
+
 #[test]
 fn thousands_of_policies_keep_every_chain_short() {
     let policies: Vec<Policy> = (0..2500)

@@ -69,6 +69,8 @@ struct Daemon {
     /// Whether the last reload was refused because the set was empty (so the refusal is said
     /// once, not at every resync).
     refusing_empty: bool,
+    /// Whether the operator was told that the state directory cannot be written (once).
+    state_dir_warned: bool,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
@@ -124,6 +126,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
         last_errors: Vec::new(),
         summary: "starting".to_owned(),
         refusing_empty: false,
+        state_dir_warned: false,
     };
     tracing::info!(
         %backend,
@@ -333,9 +336,10 @@ impl Daemon {
                 for warning in &compiled.warnings {
                     tracing::debug!(warning = %warning.message, "plan note");
                 }
-                let _ = self
+                let recorded = self
                     .state_dir
                     .set_applied(&origin_index(&compiled.ruleset, self.backend));
+                self.state_dir_result(recorded);
                 self.summary = applied_summary(set.model.policies.len(), self.backend, changed);
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
@@ -461,7 +465,21 @@ impl Daemon {
         }
     }
 
-    fn write_status(&self) {
+    /// Warns (once) when the state directory cannot be written: reconciling goes on, but
+    /// `status` loses the daemon's summary and the names of the counted rules.
+    fn state_dir_result(&mut self, result: Result<()>) {
+        if let Err(error) = result
+            && !self.state_dir_warned
+        {
+            self.state_dir_warned = true;
+            tracing::warn!(
+                dir = %self.state_dir.path().display(),
+                "cannot write the state directory; reconciling goes on, but `status` cannot show the daemon's state or name the policy rules of the counters: {error:#}"
+            );
+        }
+    }
+
+    fn write_status(&mut self) {
         let status = serde_json::json!({
             "pid": std::process::id(),
             "backend": self.backend,
@@ -469,9 +487,8 @@ impl Daemon {
             "lastErrors": self.last_errors,
             "updatedAt": now_seconds(),
         });
-        if let Err(error) = self.state_dir.set_daemon_status(&status) {
-            tracing::debug!(%error, "cannot write the daemon status file");
-        }
+        let written = self.state_dir.set_daemon_status(&status);
+        self.state_dir_result(written);
     }
 }
 

@@ -64,6 +64,16 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
     for table in &plan.tables {
         let (_, restore) = programs(dataplane.backend, table.key.family);
         let script = table_script(table);
+        // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
+        let lock = xtables_lock_path();
+        let busy = dataplane.backend == Backend::IptablesLegacy && xtables_lock_busy(&lock);
+        if busy {
+            tracing::warn!(
+                table = %table.key,
+                "another program holds the xtables lock `{}`; waiting up to {LOCK_WAIT_SECONDS} s for it",
+                lock.display()
+            );
+        }
         let started = std::time::Instant::now();
         let output = run_checked(
             dataplane.runner,
@@ -71,7 +81,7 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
             &["--noflush", "--wait", LOCK_WAIT_SECONDS],
             Some(&script),
         )?;
-        if output.stderr.contains("lock") {
+        if busy || output.stderr.contains("lock") {
             tracing::warn!(
                 table = %table.key,
                 waited_ms = started.elapsed().as_millis() as u64,
@@ -88,6 +98,25 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
     Ok(())
+}
+
+/// The lock file iptables-legacy takes, host-wide (also inside network namespaces):
+/// `XTABLES_LOCKFILE` if set, as iptables reads it, else `/run/xtables.lock`.
+pub fn xtables_lock_path() -> std::path::PathBuf {
+    std::env::var_os("XTABLES_LOCKFILE")
+        .map_or_else(|| "/run/xtables.lock".into(), std::path::PathBuf::from)
+}
+
+/// Whether another process holds the xtables lock at `path` now. The file is never created; a
+/// missing one means nobody holds the lock. Taking the lock for the test releases it at once.
+pub fn xtables_lock_busy(path: &std::path::Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(_released_on_drop) => false,
+        Err((_, errno)) => errno == nix::errno::Errno::EWOULDBLOCK,
+    }
 }
 
 /// iptables-nft makes a kernel table and base chain (`table ip mangle { chain PREROUTING … }`)
@@ -421,6 +450,21 @@ mod tests {
             table_script(&plan),
             "*mangle\n:npg-a - [0:0]\n:npg-old - [0:0]\n-A npg-a -m comment --comment \"npg:1\" -j RETURN\n-D PREROUTING -m comment --comment \"npg:h\" -j npg-a\n-I PREROUTING 1 -m comment --comment \"npg:h\" -j npg-a\n-X npg-old\nCOMMIT\n"
         );
+    }
+
+    #[test]
+    fn a_held_xtables_lock_is_seen_and_a_missing_one_is_free() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("xtables.lock");
+        assert!(!xtables_lock_busy(&path), "a missing lock file is free");
+        let file = std::fs::File::create(&path).expect("lock file");
+        assert!(!xtables_lock_busy(&path));
+        let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| errno)
+            .expect("lock");
+        assert!(xtables_lock_busy(&path), "a held lock is busy");
+        drop(held);
+        assert!(!xtables_lock_busy(&path), "released again");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The native nftables backend: reads our tables with `nft -j list table`, writes every change
 //! as one `nft -f` transaction (sets, chains and hooks of both families together).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -49,54 +49,75 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
                 "`nft -j list table` printed JSON that cannot be read: {error}"
             ))
         })?;
-        // The text listing gives each rule in nft's own input syntax, so an observed state can
-        // be written back (a rollback, or the restore after a failed apply).
+        // The same rules as nft prints them, by handle, so that an observed state can be
+        // written back (a failed or unconfirmed apply puts the previous rules back). `-t`
+        // leaves set elements out; they are read from the JSON.
         let listing = run_checked(
             dataplane.runner,
             "nft",
-            &["-a", "list", "table", family_name(family), TABLE],
+            &["-a", "-t", "list", "table", family_name(family), TABLE],
             None,
         )?;
-        parse_table(&json, family, &rule_texts(&listing.stdout), &mut state);
+        let texts = rule_texts(&listing.stdout);
+        parse_table_with_texts(&json, family, &texts, &mut state);
     }
     Ok(state)
 }
 
-/// Each rule's text by its handle, from `nft -a list table` output: the statements as nft
-/// reads them back, without the `# handle N` note and without counter values (they change with
-/// every packet; the state compares rules, not traffic).
-pub fn rule_texts(listing: &str) -> std::collections::HashMap<u64, String> {
-    listing
-        .lines()
-        .filter_map(|line| {
-            let (rule, handle) = line.trim().rsplit_once(" # handle ")?;
-            let handle = handle.trim().parse().ok()?;
-            let is_rule = !(rule.starts_with("chain ")
-                || rule.starts_with("set ")
-                || rule.starts_with("table ")
-                || rule.starts_with("type "));
-            is_rule.then(|| (handle, without_counter_values(rule)))
-        })
-        .collect()
-}
-
-/// `counter packets 3 bytes 180` → `counter`.
-fn without_counter_values(rule: &str) -> String {
-    let mut words: Vec<&str> = Vec::new();
-    let mut iter = rule.split(' ').peekable();
-    while let Some(word) = iter.next() {
-        if matches!(word, "packets" | "bytes")
-            && words
-                .last()
-                .is_some_and(|last| *last == "counter" || last.parse::<u64>().is_ok())
-            && iter.peek().is_some_and(|next| next.parse::<u64>().is_ok())
-        {
-            iter.next();
+/// The rules of an `nft -a list table` listing by handle, each as the `add rule` command that
+/// creates it again, with its counter values left out (they are not part of the rule, and a
+/// text that changed with traffic would look like a different state).
+pub fn rule_texts(listing: &str) -> BTreeMap<u64, String> {
+    let mut texts = BTreeMap::new();
+    let mut table = String::new();
+    let mut chain: Option<String> = None;
+    for line in listing.lines() {
+        let trimmed = line.trim();
+        if let Some(rest) = trimmed.strip_prefix("table ") {
+            // `table ip nodeport_guard { # handle 1`
+            table = rest.split(" {").next().unwrap_or_default().to_owned();
             continue;
         }
-        words.push(word);
+        if let Some(rest) = trimmed.strip_prefix("chain ") {
+            chain = rest.split_whitespace().next().map(str::to_owned);
+            continue;
+        }
+        if trimmed.starts_with("set ") || trimmed == "}" {
+            chain = None;
+            continue;
+        }
+        let (Some(chain), Some((body, handle))) = (&chain, trimmed.rsplit_once(" # handle "))
+        else {
+            continue;
+        };
+        let Ok(handle) = handle.trim().parse::<u64>() else {
+            continue;
+        };
+        texts.insert(
+            handle,
+            format!("add rule {table} {chain} {}", without_counter_values(body)),
+        );
     }
-    words.join(" ")
+    texts
+}
+
+/// `counter packets 3 bytes 180 …` → `counter …`.
+fn without_counter_values(body: &str) -> String {
+    let words: Vec<&str> = body.split(' ').collect();
+    let mut out: Vec<&str> = Vec::with_capacity(words.len());
+    let mut index = 0;
+    while index < words.len() {
+        out.push(words[index]);
+        if words[index] == "counter"
+            && words.get(index + 1) == Some(&"packets")
+            && words.get(index + 3) == Some(&"bytes")
+        {
+            index += 5;
+        } else {
+            index += 1;
+        }
+    }
+    out.join(" ")
 }
 
 /// Splits an nft chain name into the iptables table it stands for and our chain name.
@@ -119,12 +140,18 @@ fn hash_of_comment(comment: Option<&str>) -> Option<String> {
     (!hash.is_empty()).then_some(hash)
 }
 
-/// Turns `nft -j list table` output (and the rule texts of `nft -a list table`, by handle)
-/// into our state. Pure.
-pub fn parse_table(
+/// Turns `nft -j list table` output into our state. Pure.
+pub fn parse_table(json: &Value, family: IpFamily, state: &mut State) {
+    parse_table_with_texts(json, family, &BTreeMap::new(), state);
+}
+
+/// [`parse_table`], with the rules' texts by handle (from [`rule_texts`]): rules of ours then
+/// carry the command that creates them again, and base chains of ours the commands that
+/// declare them and their jump, so the state can be written back. Pure.
+pub fn parse_table_with_texts(
     json: &Value,
     family: IpFamily,
-    texts: &std::collections::HashMap<u64, String>,
+    texts: &BTreeMap<u64, String>,
     state: &mut State,
 ) {
     let Some(items) = json.get("nftables").and_then(Value::as_array) else {
@@ -244,12 +271,12 @@ pub fn parse_table(
             } else {
                 None
             };
-            // Replayable: the base chain and its rule in nft's input syntax.
-            let family_word = family_name(family);
-            let text = format!(
-                "add chain {family_word} {TABLE} {chain} {{ type filter hook {hook} priority {priority}; policy {policy}; }}\nadd rule {family_word} {TABLE} {chain} {}",
-                texts.get(&handle).map_or("", String::as_str)
-            );
+            let text = match (comment, &hash) {
+                (Some(comment), Some(_)) => crate::render::nft::hook_commands(
+                    family, chain, hook, *priority, policy, target, comment,
+                ),
+                _ => format!("base chain {chain}: {identity} (handle {handle})"),
+            };
             hooks.push(HookRule {
                 position: hooks.len() + 1,
                 rule: RuleLine {
@@ -262,9 +289,13 @@ pub fn parse_table(
         }
         let (table, ours) = split_chain(chain);
         let hash = hash_of_comment(comment);
-        let text = match texts.get(&handle) {
-            Some(rule) => format!("add rule {} {TABLE} {chain} {rule}", family_name(family)),
-            None => format!("# rule {handle}: {}", Value::Array(expressions)),
+        let text = match comment {
+            Some(_) if hash.is_some() && texts.contains_key(&handle) => texts[&handle].clone(),
+            Some(comment) if hash.is_some() => format!("rule {handle}: {comment}"),
+            _ => format!(
+                "rule {handle}, not written by nodeport-guard: {}",
+                Value::Array(expressions)
+            ),
         };
         table_state(state, family, table)
             .chains
@@ -424,8 +455,11 @@ fn incremental_family(out: &mut String, family: IpFamily, plan: &Plan, desired: 
                 out.push_str(&element_commands("add", family, &set.name, &set.add));
             }
             SetAction::Update => {
-                out.push_str(&element_commands("add", family, &set.name, &set.add));
+                // Deletions first: an interval set refuses a new member that overlaps an old
+                // one (a whitelist narrowed from a /24 to a /29 inside it, or widened back), and
+                // the whole script is one transaction, so no packet sees the set in between.
                 out.push_str(&element_commands("delete", family, &set.name, &set.remove));
+                out.push_str(&element_commands("add", family, &set.name, &set.add));
             }
             SetAction::Recreate | SetAction::Delete => {}
         }
@@ -534,10 +568,7 @@ mod tests {
             {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-PREROUTING", "handle": 5, "comment": "npg:AAAA hook", "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"jump": {"target": "mangle-npg-PREROUTING"}}]}}
         ]}"#).expect("json");
         let mut state = State::default();
-        let texts = rule_texts(
-            "table ip nodeport_guard { # handle 3\n\tchain mangle-npg-PREROUTING { # handle 3\n\t\tcounter packets 3 bytes 180 return comment \"npg:BBBB words\" # handle 6\n\t}\n}\n",
-        );
-        parse_table(&json, IpFamily::V4, &texts, &mut state);
+        parse_table(&json, IpFamily::V4, &mut state);
         let key = TableKey {
             family: IpFamily::V4,
             table: Table::Mangle,
@@ -545,10 +576,6 @@ mod tests {
         let table = &state.tables[&key];
         let rules = &table.chains["npg-PREROUTING"];
         assert_eq!(rules[0].hash.as_deref(), Some("BBBB"));
-        assert_eq!(
-            rules[0].text,
-            "add rule ip nodeport_guard mangle-npg-PREROUTING counter return comment \"npg:BBBB words\""
-        );
         assert_eq!(
             rules[0].counters,
             Some(Counters {
@@ -570,6 +597,91 @@ mod tests {
             state.sets["npg4-p-abc"]
                 .members
                 .contains("192.0.2.1 . tcp . 8080")
+        );
+    }
+
+    /// Observed rules carry the command that creates them again (a rollback writes them
+    /// back), without their counter values, and base chains their declaration and jump.
+    #[test]
+    fn listed_rules_become_commands_that_recreate_them() {
+        let listing = "table ip nodeport_guard { # handle 1
+\tset s { # handle 1
+\t\ttype ipv4_addr
+\t\tflags interval
+\t}
+
+\tchain mangle-npg-x { # handle 2
+\t\tip saddr @s counter packets 3 bytes 180 meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\" # handle 5
+\t\tudp dport != { 1-5, 30008 } counter packets 0 bytes 0 log prefix \"LPI1|x\" group 1 comment \"npg:CCC\" # handle 7
+\t}
+
+\tchain mangle-PREROUTING { # handle 3
+\t\ttype filter hook prerouting priority mangle - 1; policy accept;
+\t\tcounter packets 9 bytes 900 jump mangle-npg-x comment \"npg:AAA nodeport-guard hook\" # handle 4
+\t}
+}
+";
+        let texts = rule_texts(listing);
+        assert_eq!(
+            texts[&5],
+            "add rule ip nodeport_guard mangle-npg-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
+        );
+        assert_eq!(
+            texts[&7],
+            "add rule ip nodeport_guard mangle-npg-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
+        );
+        assert_eq!(texts.len(), 3);
+
+        let json: Value = serde_json::from_str(r#"{"nftables": [
+            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-npg-x", "handle": 2}},
+            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-PREROUTING", "handle": 3, "type": "filter", "hook": "prerouting", "prio": -151, "policy": "accept"}},
+            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-npg-x", "handle": 5, "comment": "npg:BBB policy x ingress rule 0", "expr": [{"counter": {"packets": 3, "bytes": 180}}]}},
+            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-PREROUTING", "handle": 4, "comment": "npg:AAA nodeport-guard hook", "expr": [{"counter": {"packets": 9, "bytes": 900}}, {"jump": {"target": "mangle-npg-x"}}]}}
+        ]}"#).expect("json");
+        let mut state = State::default();
+        parse_table_with_texts(&json, IpFamily::V4, &texts, &mut state);
+        let table = &state.tables[&TableKey {
+            family: IpFamily::V4,
+            table: Table::Mangle,
+        }];
+        assert_eq!(table.chains["npg-x"][0].text, texts[&5]);
+        assert_eq!(
+            table.hooks["PREROUTING"][0].rule.text,
+            "add chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
+             add rule ip nodeport_guard mangle-PREROUTING counter jump mangle-npg-x comment \"npg:AAA nodeport-guard hook\""
+        );
+    }
+
+    /// An interval set refuses a member overlapping one it holds, so a member replaced by a
+    /// net inside it (or around it) must be deleted before the new one is added, in the same
+    /// transaction.
+    #[test]
+    fn set_updates_delete_before_they_add() {
+        let plan = Plan {
+            tables: vec![],
+            sets: vec![crate::plan::SetChange {
+                name: "npg4-s-office".into(),
+                action: SetAction::Update,
+                family: IpFamily::V4,
+                kind: "ipv4_addr,interval".into(),
+                add: vec!["203.0.113.8/29".into()],
+                remove: vec!["203.0.113.0/24".into()],
+            }],
+        };
+        let mut desired = State::default();
+        desired.sets.insert(
+            "npg4-s-office".into(),
+            SetState {
+                family: IpFamily::V4,
+                kind: "ipv4_addr,interval".into(),
+                members: ["203.0.113.8/29".to_owned()].into(),
+            },
+        );
+        assert_eq!(
+            script(&plan, &desired),
+            "add table ip nodeport_guard\n\
+             delete element ip nodeport_guard npg4-s-office { 203.0.113.0/24 }\n\
+             add element ip nodeport_guard npg4-s-office { 203.0.113.8/29 }\n"
         );
     }
 

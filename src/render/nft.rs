@@ -292,12 +292,33 @@ pub fn render_hook(table: Table, hook: &Hook, family: IpFamily) -> super::iptabl
     let identity = hook_identity(hook_name, i64::from(priority), "accept", &target);
     let hash = super::iptables::rule_hash(table, &hook.kernel_chain, &identity);
     let name = base_chain_name(table, &hook.kernel_chain);
-    let family = family_name(family);
-    let line = format!(
-        "add chain {family} {TABLE} {name} {{ type filter hook {hook_name} priority {priority}; policy accept; }}\nadd rule {family} {TABLE} {name} counter jump {target} comment \"{}\"",
-        comment(&hash, Some("nodeport-guard hook"))
+    let line = hook_commands(
+        family,
+        &name,
+        hook_name,
+        i64::from(priority),
+        "accept",
+        &target,
+        &comment(&hash, Some("nodeport-guard hook")),
     );
     super::iptables::RenderedRule { hash, line }
+}
+
+/// The two commands that declare a base chain of ours and its one jump (also used to write an
+/// observed base chain back).
+pub fn hook_commands(
+    family: IpFamily,
+    name: &str,
+    hook: &str,
+    priority: i64,
+    policy: &str,
+    target: &str,
+    comment: &str,
+) -> String {
+    let family = family_name(family);
+    format!(
+        "add chain {family} {TABLE} {name} {{ type filter hook {hook} priority {priority}; policy {policy}; }}\nadd rule {family} {TABLE} {name} counter jump {target} comment \"{comment}\""
+    )
 }
 
 /// The nft type of a set, with its flags: `ipv4_addr`, `ipv4_addr,interval`,

@@ -50,6 +50,13 @@ pub fn backend_arg(backend: Backend) -> &'static str {
 pub struct Guard<'lab> {
     lab: &'lab Lab,
     dir: tempfile::TempDir,
+    /// The `--backend` value passed to every command.
+    backend_arg: &'static str,
+    /// The `--state-dir` passed to every command.
+    state_dir: PathBuf,
+    /// Extra environment (`env K=V …`) for every command, e.g. a `PATH` with
+    /// wrapper scripts in front.
+    env: Vec<(String, String)>,
 }
 
 impl fmt::Debug for Guard<'_> {
@@ -75,7 +82,14 @@ impl<'lab> Guard<'lab> {
             .prefix("npg-kernel-test-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
-        let guard = Guard { lab, dir };
+        let state_dir = dir.path().join("state");
+        let guard = Guard {
+            lab,
+            dir,
+            backend_arg: backend_arg(lab.backend()),
+            state_dir,
+            env: Vec::new(),
+        };
         std::fs::create_dir(guard.policies_dir())
             .unwrap_or_else(|e| panic!("cannot create the policy directory: {e}"));
         guard.write_config(extra);
@@ -104,9 +118,61 @@ impl<'lab> Guard<'lab> {
         self.dir.path().join("policies")
     }
 
-    /// `<tmp>/state`.
+    /// The state directory every command gets: `<tmp>/state` unless
+    /// [`Guard::with_state_dir`] chose another.
     pub fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("state")
+        self.state_dir.clone()
+    }
+
+    /// Uses the native nftables backend (`--backend nftables`) instead of
+    /// the lab's iptables flavour. The lab's own DNAT rules stay in
+    /// iptables-nft (use a [`Backend::Nft`] lab), which is how kube-proxy's
+    /// rules and ours live side by side on such nodes.
+    pub fn native_nftables(mut self) -> Self {
+        self.backend_arg = "nftables";
+        self
+    }
+
+    /// Passes `--state-dir <path>` instead of `<tmp>/state`.
+    pub fn with_state_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.state_dir = path.into();
+        self
+    }
+
+    /// Runs every command with `key=value` in its environment (through
+    /// `env`), e.g. a `PATH` that puts wrapper scripts first.
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The `--backend` value every command gets.
+    pub fn backend_arg(&self) -> &'static str {
+        self.backend_arg
+    }
+
+    /// The program and arguments of a command: `[env K=V…] BIN --config …
+    /// --policies … --state-dir … --backend … <args…>`.
+    fn command_line(&self, args: &[&str]) -> (String, Vec<String>) {
+        let mut full: Vec<String> = Vec::new();
+        let program = if self.env.is_empty() {
+            BIN.to_owned()
+        } else {
+            full.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
+            full.push(BIN.to_owned());
+            "env".to_owned()
+        };
+        for (flag, value) in [
+            ("--config", path_str(&self.config_path()).to_owned()),
+            ("--policies", path_str(&self.policies_dir()).to_owned()),
+            ("--state-dir", path_str(&self.state_dir).to_owned()),
+            ("--backend", self.backend_arg.to_owned()),
+        ] {
+            full.push(flag.to_owned());
+            full.push(value);
+        }
+        full.extend(args.iter().map(|a| (*a).to_owned()));
+        (program, full)
     }
 
     /// A path in the temporary directory (e.g. for a saved plan).
@@ -135,21 +201,42 @@ impl<'lab> Guard<'lab> {
     /// the exit status. Stdin is not a terminal.
     #[track_caller]
     pub fn run(&self, args: &[&str]) -> CmdOutput {
-        let config = self.config_path();
-        let policies = self.policies_dir();
-        let state = self.state_dir();
-        let mut full: Vec<&str> = vec![
-            "--config",
-            path_str(&config),
-            "--policies",
-            path_str(&policies),
-            "--state-dir",
-            path_str(&state),
-            "--backend",
-            backend_arg(self.lab.backend()),
-        ];
-        full.extend_from_slice(args);
-        self.lab.node().exec(BIN, &full)
+        let (program, full) = self.command_line(args);
+        self.lab.node().exec(&program, &full)
+    }
+
+    /// Starts the same command as [`Guard::run`] in the background, in a
+    /// process group of its own, with stdout and stderr going to
+    /// `<tmp>/<log>`. `ip netns exec` and `env` replace themselves with the
+    /// program, so [`Background::pid`] is nodeport-guard's own pid. The
+    /// process group is killed when the returned value is dropped.
+    #[track_caller]
+    pub fn spawn(&self, args: &[&str], log: &str) -> Background {
+        use std::os::unix::process::CommandExt as _;
+        let (program, full) = self.command_line(args);
+        let log_path = self.path(log);
+        let file = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let stderr = file
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot duplicate a file handle: {e}"));
+        let program = super::cmd::program_path(&program);
+        let mut command = std::process::Command::new(super::cmd::program_path("ip"));
+        command
+            .args(["netns", "exec", self.lab.node().name()])
+            .arg(&program)
+            .args(&full)
+            .stdin(std::process::Stdio::null())
+            .stdout(file)
+            .stderr(stderr)
+            .process_group(0);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        Background {
+            child,
+            log: log_path,
+        }
     }
 
     /// Runs a command that must exit with `code`; panics with the full
@@ -238,6 +325,90 @@ fn path_str(path: &Path) -> &str {
 #[track_caller]
 fn write_file(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// A nodeport-guard process running in the background (see
+/// [`Guard::spawn`]). Dropping it kills its whole process group (the
+/// program and any `iptables-restore` it started) and reaps it.
+pub struct Background {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl fmt::Debug for Background {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Background")
+            .field("pid", &self.child.id())
+            .field("log", &self.log)
+            .finish()
+    }
+}
+
+impl Background {
+    /// The pid of nodeport-guard (also its process group id).
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
+    /// Everything it wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` to nodeport-guard itself (not its children).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal);
+    }
+
+    /// Whether the process is still running (not yet exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// `SIGKILL` to nodeport-guard alone, as a crash or the OOM killer
+    /// would do it: programs it started keep running until they finish.
+    /// Returns after nodeport-guard is reaped and every process of its
+    /// group is gone.
+    #[track_caller]
+    pub fn kill9(&mut self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+        self.wait_group_gone();
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns its exit
+    /// status, or `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut status = None;
+        super::wait_until(timeout, Duration::from_millis(20), || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
+    }
+
+    /// Waits until no process of the group is left (orphaned children of
+    /// a killed nodeport-guard finish on their own).
+    #[track_caller]
+    fn wait_group_gone(&self) {
+        let group = nix::unistd::Pid::from_raw(-self.pid());
+        let gone = super::wait_until(SETTLE_TIMEOUT, Duration::from_millis(10), || {
+            nix::sys::signal::kill(group, None).is_err()
+        });
+        assert!(gone, "processes of group {} are still running", self.pid());
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(-self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = self.child.wait();
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -477,6 +648,42 @@ fn normalize_nft(text: &str) -> String {
     out
 }
 
+/// Our native nftables tables (`table ip nodeport_guard` and `table ip6
+/// nodeport_guard`) as `nft list table` prints them, in a canonical form:
+/// `counter packets N bytes M` zeroed, and within each table the chains and
+/// sets sorted by name (nft lists them in the order they were created, which
+/// says nothing about what they filter). Empty for a family without our
+/// table.
+#[track_caller]
+pub fn nft_tables(lab: &Lab) -> String {
+    let mut out = String::new();
+    for family in ["ip", "ip6"] {
+        let listing = lab
+            .node()
+            .exec("nft", &["list", "table", family, "nodeport_guard"]);
+        if !listing.success() {
+            continue;
+        }
+        let mut blocks: Vec<String> = Vec::new();
+        let mut current = String::new();
+        for line in listing.stdout.lines() {
+            if line.starts_with("table ") || line == "}" || line.trim().is_empty() {
+                continue;
+            }
+            current.push_str(&zero_nft_counters(line));
+            current.push('\n');
+            if line == "\t}" {
+                blocks.push(std::mem::take(&mut current));
+            }
+        }
+        blocks.sort();
+        out.push_str(&format!("table {family} nodeport_guard {{\n"));
+        out.push_str(&blocks.concat());
+        out.push_str("}\n");
+    }
+    out
+}
+
 /// nftables state in a canonical order: the blocks of each table (chains and sets, each with
 /// its contents in order) sorted by their header line, so creation order does not matter.
 fn canonical_nft(text: &str) -> String {
@@ -504,6 +711,19 @@ fn canonical_nft(text: &str) -> String {
         }
     }
     out
+}
+
+/// `counter packets 12 bytes 720` → `counter packets 0 bytes 0`.
+fn zero_nft_counters(line: &str) -> String {
+    let mut words: Vec<&str> = line.split(' ').collect();
+    for i in 0..words.len() {
+        if (words[i] == "packets" || words[i] == "bytes")
+            && words.get(i + 1).is_some_and(|w| w.parse::<u64>().is_ok())
+        {
+            words[i + 1] = "0";
+        }
+    }
+    words.join(" ")
 }
 
 /// Panics with a diff unless the two snapshots are equal.
