@@ -106,6 +106,22 @@ fn settings(cli: &Cli) -> Result<Settings, (Sources, Vec<Diagnostic>)> {
         }
         config.node_name = Some(name.clone());
     }
+    // The config file can change the failsafe ports and the mark bits: it deserves the same
+    // scrutiny as the policy files.
+    let config_problem = std::fs::metadata(&config_path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .and_then(|metadata| load::permission_problem(&metadata));
+    if let Some(problem) = config_problem {
+        let message = format!(
+            "the config file `{}` {problem}: whoever can write it can open the firewall",
+            config_path.display()
+        );
+        if cli.global.strict_permissions {
+            return Err((sources, vec![Diagnostic::global_error(message)]));
+        }
+        print_diagnostics(&[Diagnostic::global_warning(message)], &sources);
+    }
     let backend = cli.global.backend.map_or(config.backend, Into::into);
     Ok(Settings {
         config,

@@ -37,15 +37,13 @@ pub enum ReconcileError {
     /// Writing failed; the previous state was put back.
     #[error("{error}; the previous rules were restored")]
     RolledBack {
-        /// What failed.
-        #[source]
+        /// What failed (in the message already, so not repeated as a source).
         error: DataplaneError,
     },
     /// Writing failed and putting the previous state back failed too.
     #[error("{error}; restoring the previous rules failed as well: {restore}")]
     RestoreFailed {
-        /// What failed first.
-        #[source]
+        /// What failed first (in the message already).
         error: DataplaneError,
         /// Why the restore failed.
         restore: DataplaneError,

@@ -267,3 +267,37 @@ fn files_others_may_change_are_reported_and_refused_when_strict() {
         strict.stderr
     );
 }
+
+#[test]
+fn a_config_file_others_may_change_is_reported() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write(dir.path(), "config.yaml", b"nodeName: node1\n");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o646)).expect("chmod");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("dir");
+    let run_with = |strict: bool| {
+        let mut args = vec!["--config".to_owned(), config.display().to_string()];
+        if strict {
+            args.push("--strict-permissions".to_owned());
+        }
+        args.extend(["validate".to_owned(), policies.display().to_string()]);
+        let output = Command::new(BIN).args(&args).output().expect("run");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run_with(false);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("config file"),
+        "{stderr}"
+    );
+    let (code, stderr) = run_with(true);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error:") && stderr.contains("config file"),
+        "{stderr}"
+    );
+}
