@@ -125,10 +125,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod cmd;
-// `guard` and `daemon` run the test binary of this package; only test targets have one.
-#[cfg(test)]
 pub mod daemon;
-#[cfg(test)]
 pub mod guard;
 pub mod lab;
 pub mod netns;
