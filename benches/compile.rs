@@ -1,14 +1,24 @@
-//! Compile + render time at 10 … 10,000 policies and up to 100,000 CIDRs, and how it grows.
+//! Compile + render time and peak memory at 10 … 10,000 policies and up to 100,000 CIDRs, and
+//! how they grow.
 //!
-//! `cargo bench --bench compile` runs criterion's measurements and then prints, for each size,
-//! the median time, the time per policy, and the growth factor against the size ten times
-//! smaller measured in the same run (near 10× means linear). It also prints the longest chain,
-//! which must stay at a few hundred rules however many policies there are.
+//! `cargo bench --bench compile` runs criterion's measurements of compile + render and then
+//! prints, for each size, measured side by side in this run: the median time to load the
+//! policy text (YAML parsing and validation) and to compile + render it, the time per policy,
+//! the growth factor against the size ten times smaller (near 10× means linear), the peak heap
+//! (counted by this bench's global allocator) of each stage, and the longest chain, which must
+//! stay at a few hundred rules however many policies there are.
+//!
+//! Under `cargo test --all-targets` (no `--bench` argument) only criterion's quick test mode
+//! runs.
 
 #![allow(missing_docs)]
+// The counting allocator below is the only unsafe code: it forwards to the system allocator.
+#![allow(unsafe_code)]
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -23,12 +33,70 @@ use nodeport_guard::validate::validate;
 
 const SIZES: [(usize, usize); 4] = [(10, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000)];
 
-fn model(policies: usize, cidrs: usize) -> Model {
+/// The system allocator, counting the bytes in use and their peak.
+struct Counting;
+
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(bytes: usize) {
+    let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counters
+// are only bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let pointer = unsafe { System.alloc(layout) };
+        if !pointer.is_null() {
+            grew(layout.size());
+        }
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let pointer = unsafe { System.alloc_zeroed(layout) };
+        if !pointer.is_null() {
+            grew(layout.size());
+        }
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(pointer, layout) };
+        IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let moved = unsafe { System.realloc(pointer, layout, new_size) };
+        if !moved.is_null() {
+            grew(new_size);
+            IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` and returns its result with the most heap it held at once beyond what was in use
+/// before.
+fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let value = f();
+    (value, PEAK.load(Ordering::Relaxed).saturating_sub(base))
+}
+
+fn load(text: &str) -> Model {
     let mut sources = Sources::new();
-    let id = sources.add(SourceFile::new(
-        "generated.yaml",
-        common::policy_set(policies, cidrs),
-    ));
+    let id = sources.add(SourceFile::new("generated.yaml", text.to_owned()));
     let (resources, diagnostics) = parse_file(id, sources.get(id));
     assert!(diagnostics.is_empty(), "generated input must parse");
     let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
@@ -38,6 +106,10 @@ fn model(policies: usize, cidrs: usize) -> Model {
         "generated input must validate"
     );
     model
+}
+
+fn model(policies: usize, cidrs: usize) -> Model {
+    load(&common::policy_set(policies, cidrs))
 }
 
 fn compile_and_render(model: &Model) -> usize {
@@ -59,47 +131,87 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-fn median(model: &Model, runs: usize) -> Duration {
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let started = Instant::now();
-            std::hint::black_box(compile_and_render(model));
-            started.elapsed()
-        })
-        .collect();
+fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
     times[times.len() / 2]
 }
 
-/// Prints the growth table: medians measured side by side in this run.
+fn time(runs: usize, mut f: impl FnMut()) -> Duration {
+    median(
+        (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                f();
+                started.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Prints the growth table: medians and peaks measured side by side in this run.
 fn growth() {
-    println!("\ncompile + render, medians of this run:");
+    println!("\ncompile + render, medians of this run (load = YAML parsing + validation):");
     println!(
-        "{:>9} {:>9} {:>12} {:>14} {:>10} {:>14}",
-        "policies", "CIDRs", "median", "per policy", "growth", "longest chain"
+        "{:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>7} {:>11} {:>11} {:>10} {:>7}",
+        "policies",
+        "CIDRs",
+        "rules",
+        "load",
+        "compile+r",
+        "per policy",
+        "growth",
+        "heap load",
+        "heap comp+r",
+        "text",
+        "longest"
     );
     let mut previous: Option<Duration> = None;
     for (policies, cidrs) in SIZES {
-        let model = model(policies, cidrs);
+        let text = common::policy_set(policies, cidrs);
         let runs = if policies >= 10_000 { 5 } else { 11 };
-        let time = median(&model, runs);
+        let load_time = time(runs, || {
+            std::hint::black_box(load(&text));
+        });
+        let (model, load_heap) = peak_heap(|| load(&text));
+        let compile_time = time(runs, || {
+            std::hint::black_box(compile_and_render(&model));
+        });
+        let (_, compile_heap) = peak_heap(|| compile_and_render(&model));
         let compiled = compile(&model, &Config::default(), &HostFacts::minimal("node1"));
+        let rules: usize = compiled
+            .ruleset
+            .chains()
+            .map(|(_, _, c)| c.rules.len())
+            .sum();
         let longest = compiled
             .ruleset
             .chains()
             .map(|(_, _, c)| c.rules.len())
             .max()
             .unwrap_or(0);
+        let total = load_time + compile_time;
         let growth = previous.map_or("-".to_owned(), |p| {
-            format!("{:.1}x", time.as_secs_f64() / p.as_secs_f64())
+            format!("{:.1}x", total.as_secs_f64() / p.as_secs_f64())
         });
         println!(
-            "{policies:>9} {cidrs:>9} {:>10.2}ms {:>12.1}µs {growth:>10} {longest:>14}",
-            time.as_secs_f64() * 1e3,
-            time.as_secs_f64() * 1e6 / policies as f64
+            "{policies:>8} {cidrs:>8} {rules:>7} {:>8.1}ms {:>8.1}ms {:>8.1}µs {growth:>7} {:>11} {:>11} {:>10} {longest:>7}",
+            load_time.as_secs_f64() * 1e3,
+            compile_time.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e6 / policies as f64,
+            mib(load_heap),
+            mib(compile_heap),
+            mib(text.len()),
         );
-        previous = Some(time);
+        previous = Some(total);
     }
+    println!(
+        "growth: (load + compile+render) against the size ten times smaller; heap: the most \
+         heap each stage held at once beyond its input"
+    );
 }
 
 criterion_group!(benches, bench);
@@ -107,5 +219,7 @@ criterion_group!(benches, bench);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    growth();
+    if std::env::args().any(|arg| arg == "--bench") {
+        growth();
+    }
 }
