@@ -13,6 +13,7 @@
 //! kernel and applies the difference. A change that leaves the files' content and the host's
 //! addresses the same does not even read the kernel.
 
+mod debounce;
 pub mod metrics;
 pub mod netlink;
 pub mod watch;
@@ -91,12 +92,8 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
     let backend = resolve_backend(settings.backend, &runner)?;
     let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
     let (sender, mut events) = mpsc::unbounded_channel();
-    let mut watcher = watch::DirectoryWatcher::start(
-        &settings.config.policies_dir,
-        settings.config.debounce,
-        sender.clone(),
-    )
-    .context("cannot watch the policy directory")?;
+    let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
+        .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
@@ -149,27 +146,29 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
     // Addresses often change in bursts (an interface comes up with several); wait a moment.
     let address_settle = Duration::from_millis(250);
     let mut pending_addresses: Option<tokio::time::Instant> = None;
+    // Files change in bursts too (an editor's temp file and rename, a ConfigMap's swap).
+    let mut file_events = debounce::Debounce::new(daemon.settings.config.debounce);
 
     loop {
         let address_deadline = pending_addresses;
+        let policies_deadline = file_events.due();
         tokio::select! {
             Some(event) = events.recv() => {
-                if event == Event::AddressesChanged {
-                    pending_addresses.get_or_insert(tokio::time::Instant::now() + address_settle);
-                    continue;
+                let now = tokio::time::Instant::now();
+                match event {
+                    Event::AddressesChanged => {
+                        pending_addresses.get_or_insert(now + address_settle);
+                    }
+                    _ => file_events.event(now),
                 }
-                // Coalesce whatever else queued up meanwhile into this one reload.
-                let mut addresses = false;
-                while let Ok(next) = events.try_recv() {
-                    addresses |= next == Event::AddressesChanged;
-                }
-                if addresses {
-                    pending_addresses.get_or_insert(tokio::time::Instant::now() + address_settle);
-                }
-                watcher.refresh();
-                daemon.handle(event);
+                continue;
             }
-            () = async { if let Some(deadline) = address_deadline { tokio::time::sleep_until(deadline).await } else { std::future::pending::<()>().await } } => {
+            () = sleep_until(policies_deadline) => {
+                file_events.fired();
+                watcher.refresh();
+                daemon.handle(Event::PoliciesChanged);
+            }
+            () = sleep_until(address_deadline) => {
                 pending_addresses = None;
                 daemon.handle(Event::AddressesChanged);
             }
@@ -190,6 +189,14 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping; the rules stay in place");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending::<()>().await,
+    }
 }
 
 fn read_counters(settings: &Settings, backend: Backend) -> Vec<crate::ops::RuleStatus> {

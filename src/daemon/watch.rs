@@ -7,12 +7,14 @@
 //! `..data_tmp` symlink renamed over `..data`. An overflowing event queue arrives as a rescan
 //! request. Any of these makes the loop re-read everything; the content hash then decides
 //! whether anything changed.
+//!
+//! Events are sent as they come; the loop waits for `debounce` of quiet before it reloads. So
+//! nothing here wakes up while nothing changes (a ticking debouncer would, tens of times a
+//! second).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use notify::RecursiveMode;
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Event;
@@ -43,55 +45,45 @@ fn is_read_only(kind: &notify::EventKind) -> bool {
 
 /// The policy directory watcher.
 pub struct DirectoryWatcher {
-    debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    watcher: notify::RecommendedWatcher,
     dir: PathBuf,
     parent: Option<PathBuf>,
 }
 
 impl DirectoryWatcher {
-    /// Starts watching `dir` (and its parent), sending [`Event::PoliciesChanged`] after
-    /// `debounce` of quiet.
-    pub fn start(
-        dir: &Path,
-        debounce: Duration,
-        events: UnboundedSender<Event>,
-    ) -> notify::Result<Self> {
+    /// Starts watching `dir` (and its parent), sending [`Event::PoliciesChanged`] for every
+    /// event that may change the policy set (the loop debounces them).
+    pub fn start(dir: &Path, events: UnboundedSender<Event>) -> notify::Result<Self> {
         let watched_dir = dir.to_path_buf();
-        let handler = move |result: DebounceEventResult| match result {
-            Ok(batch) => {
-                let relevant = batch.iter().any(|event| {
-                    event.need_rescan()
-                        || (!is_read_only(&event.kind)
-                            && event
-                                .paths
-                                .iter()
-                                .any(|path| is_relevant(path, &watched_dir)))
-                });
+        let handler = move |result: notify::Result<notify::Event>| match result {
+            Ok(event) => {
+                let relevant = event.need_rescan()
+                    || (!is_read_only(&event.kind)
+                        && event
+                            .paths
+                            .iter()
+                            .any(|path| is_relevant(path, &watched_dir)));
                 if relevant {
                     let _ = events.send(Event::PoliciesChanged);
                 }
             }
-            Err(errors) => {
-                for error in errors {
-                    tracing::warn!(%error, "watching the policy directory failed; re-reading it");
-                }
+            Err(error) => {
+                tracing::warn!(%error, "watching the policy directory failed; re-reading it");
                 let _ = events.send(Event::PoliciesChanged);
             }
         };
-        // Ticks faster than the debounce keep the added latency small.
-        let tick = (debounce / 4).max(Duration::from_millis(10));
-        let debouncer = new_debouncer(debounce, Some(tick), handler)?;
+        let watcher = notify::recommended_watcher(handler)?;
         let parent = dir
             .parent()
             .map(Path::to_path_buf)
             .filter(|p| !p.as_os_str().is_empty());
         let mut watcher = DirectoryWatcher {
-            debouncer,
+            watcher,
             dir: dir.to_path_buf(),
             parent,
         };
         if let Some(parent) = &watcher.parent
-            && let Err(error) = watcher.debouncer.watch(parent, RecursiveMode::NonRecursive)
+            && let Err(error) = watcher.watcher.watch(parent, RecursiveMode::NonRecursive)
         {
             tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
         }
@@ -102,9 +94,9 @@ impl DirectoryWatcher {
     /// Re-establishes the watch on the directory: after it was removed and recreated the old
     /// watch is gone. Called before every reload, so nothing written after it is missed.
     pub fn refresh(&mut self) {
-        let _ = self.debouncer.unwatch(&self.dir);
+        let _ = self.watcher.unwatch(&self.dir);
         if self.dir.is_dir()
-            && let Err(error) = self.debouncer.watch(&self.dir, RecursiveMode::NonRecursive)
+            && let Err(error) = self.watcher.watch(&self.dir, RecursiveMode::NonRecursive)
         {
             tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
         }
