@@ -6,9 +6,12 @@
 //! A file may hold several YAML documents (`---`); a document may be one resource, a list kind
 //! with `items`, or a top-level sequence of resources, as calicoctl accepts. Documents are
 //! parsed one at a time so that an error in one does not hide the errors of the others.
-//! Each document is read twice: a lenient first pass learns the `kind` of every resource, and
-//! the strict second pass decodes each `spec` into the type of that kind, rejecting unknown
-//! fields with their position.
+//! A document holding one resource whose `kind` comes before its `spec` (what everyone writes)
+//! is decoded in a single pass. Any other document (a list, a sequence, `spec` before `kind`,
+//! an unknown kind, any error) is read twice: a lenient first pass learns the `kind` of every
+//! resource, and the strict second pass decodes each `spec` into the type of that kind,
+//! rejecting unknown fields with their position. The single pass yields exactly what the two
+//! passes would; it only gives up earlier, and every diagnostic comes from the two passes.
 
 use std::fmt;
 use std::io::Read as _;
@@ -463,6 +466,23 @@ fn parse_document(
     resources: &mut Vec<RawResource>,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
+    if let Ok(resource) = serde_saphyr::with_deserializer_from_str_with_options(
+        document.text,
+        yaml_options(),
+        |deserializer| deserializer.deserialize_any(SinglePassVisitor),
+    ) {
+        resources.push(shift_resource(resource, document.offset));
+        return;
+    }
+    parse_document_in_two_passes(file, document, resources, diagnostics);
+}
+
+fn parse_document_in_two_passes(
+    file: FileId,
+    document: Document<'_>,
+    resources: &mut Vec<RawResource>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
     let shift = document.offset;
     let peek: PeekDocument =
         match serde_saphyr::from_str_with_options(document.text, yaml_options()) {
@@ -798,22 +818,7 @@ impl<'de> Visitor<'de> for ResourceVisitor<'_, '_> {
                 "apiVersion" => api_version = Some(map.next_value::<Sp<String>>()?),
                 "kind" => kind_span = Some(map.next_value::<Sp<String>>()?.span),
                 "metadata" => metadata = Some(map.next_value::<Sp<RawMetadata>>()?),
-                "spec" if !kind.is_list() => {
-                    spec = Some(match kind {
-                        Kind::GlobalNetworkPolicy => {
-                            let spec = map.next_value::<Sp<RawPolicySpec>>()?;
-                            Sp::new(RawSpec::Policy(spec.value), spec.span)
-                        }
-                        Kind::GlobalNetworkSet => {
-                            let spec = map.next_value::<Sp<RawNetworkSetSpec>>()?;
-                            Sp::new(RawSpec::NetworkSet(spec.value), spec.span)
-                        }
-                        _ => {
-                            let spec = map.next_value::<Sp<RawHostEndpointSpec>>()?;
-                            Sp::new(RawSpec::HostEndpoint(spec.value), spec.span)
-                        }
-                    });
-                }
+                "spec" if !kind.is_list() => spec = Some(next_spec(&mut map, kind)?),
                 "items" if kind.is_list() => {
                     items_seen = true;
                     map.next_value_seed(ItemsSeed {
@@ -857,6 +862,83 @@ impl<'de> Visitor<'de> for ResourceVisitor<'_, '_> {
             shift: 0,
         });
         Ok(())
+    }
+}
+
+/// Decodes the value of `spec` as the spec of `kind` (a kind that is not a list).
+fn next_spec<'de, A: MapAccess<'de>>(map: &mut A, kind: Kind) -> Result<Sp<RawSpec>, A::Error> {
+    Ok(match kind {
+        Kind::GlobalNetworkPolicy => {
+            let spec = map.next_value::<Sp<RawPolicySpec>>()?;
+            Sp::new(RawSpec::Policy(spec.value), spec.span)
+        }
+        Kind::GlobalNetworkSet => {
+            let spec = map.next_value::<Sp<RawNetworkSetSpec>>()?;
+            Sp::new(RawSpec::NetworkSet(spec.value), spec.span)
+        }
+        _ => {
+            let spec = map.next_value::<Sp<RawHostEndpointSpec>>()?;
+            Sp::new(RawSpec::HostEndpoint(spec.value), spec.span)
+        }
+    })
+}
+
+/// The single pass over a document holding one resource: learns the kind when it meets `kind`
+/// and decodes `spec` right away. Fails (and the caller falls back to the two passes) on
+/// anything else: another shape, a list kind, an unknown kind, `spec` before `kind`, an
+/// unknown field, any error. On success it yields what [`ResourceVisitor`] yields with the
+/// plan of the first pass.
+struct SinglePassVisitor;
+
+/// Why the single pass gave up; never shown (the two passes report the real problem).
+fn two_passes<E: de::Error>() -> E {
+    E::custom("needs two passes")
+}
+
+impl<'de> Visitor<'de> for SinglePassVisitor {
+    type Value = RawResource;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a resource with `kind` before `spec`")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawResource, A::Error> {
+        let mut first_key: Option<Span> = None;
+        let mut api_version = None;
+        let mut kind: Option<Sp<Kind>> = None;
+        let mut metadata = None;
+        let mut spec = None;
+        while let Some(key) = map.next_key::<Sp<String>>()? {
+            first_key.get_or_insert(key.span);
+            match key.value.as_str() {
+                "apiVersion" => api_version = Some(map.next_value::<Sp<String>>()?),
+                "kind" => {
+                    let written = map.next_value::<Sp<String>>()?;
+                    match Kind::parse(&written.value) {
+                        Some(parsed) if !parsed.is_list() && kind.is_none() => {
+                            kind = Some(Sp::new(parsed, written.span));
+                        }
+                        _ => return Err(two_passes()),
+                    }
+                }
+                "metadata" => metadata = Some(map.next_value::<Sp<RawMetadata>>()?),
+                "spec" => match &kind {
+                    Some(kind) => spec = Some(next_spec(&mut map, kind.value)?),
+                    None => return Err(two_passes()),
+                },
+                _ => return Err(two_passes()),
+            }
+        }
+        let Some(kind) = kind else {
+            return Err(two_passes());
+        };
+        Ok(RawResource {
+            span: first_key.unwrap_or_default(),
+            api_version,
+            kind,
+            metadata,
+            spec,
+            shift: 0,
+        })
     }
 }
 
@@ -932,6 +1014,52 @@ mod tests {
         ] {
             assert!(!is_policy_file_name(name), "{name}");
         }
+    }
+
+    /// The single pass yields exactly what the two passes yield (spans included), or gives up.
+    #[test]
+    fn the_single_pass_agrees_with_the_two_passes() {
+        let examples = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/policies"))
+            .expect("policies/")
+            .map(|entry| std::fs::read_to_string(entry.expect("entry").path()).expect("read"));
+        let odd = [
+            GNP.to_owned(),
+            format!("# leading comment\n---\n{GNP}"),
+            "spec:\n  selector: all()\nkind: GlobalNetworkPolicy\nmetadata: {name: late}\n"
+                .to_owned(),
+            "kind: GlobalNetworkSet\nmetadata: {name: s}\nspec: {nets: [192.0.2.0/24], bogus: 1}\n"
+                .to_owned(),
+            "kind: GlobalNetworkPolicy\nkind: GlobalNetworkSet\nspec: {}\n".to_owned(),
+            "kind: Nope\nspec: {}\n".to_owned(),
+            "apiVersion: v1\nkind: HostEndpoint\nmetadata: {name: h, labels: {a: b}}\nspec: {node: n, interfaceName: eth0, expectedIPs: [192.0.2.1]}\nextra: 1\n".to_owned(),
+        ];
+        let mut single = 0;
+        for text in examples.chain(odd) {
+            let mut sources = Sources::new();
+            let id = sources.add(SourceFile::new("p.yaml", text.as_str()));
+            for document in split_documents(&sources.get(id).text) {
+                let (mut fast, mut fast_diagnostics) = (Vec::new(), Vec::new());
+                parse_document(id, document, &mut fast, &mut fast_diagnostics);
+                let (mut slow, mut slow_diagnostics) = (Vec::new(), Vec::new());
+                parse_document_in_two_passes(id, document, &mut slow, &mut slow_diagnostics);
+                assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{}", document.text);
+                assert_eq!(
+                    format!("{fast_diagnostics:?}"),
+                    format!("{slow_diagnostics:?}"),
+                    "{}",
+                    document.text
+                );
+                single += usize::from(
+                    serde_saphyr::with_deserializer_from_str_with_options(
+                        document.text,
+                        yaml_options(),
+                        |deserializer| deserializer.deserialize_any(SinglePassVisitor),
+                    )
+                    .is_ok(),
+                );
+            }
+        }
+        assert!(single > 5, "the single pass must take the usual documents");
     }
 
     #[test]
