@@ -33,12 +33,24 @@ pub fn programs(backend: Backend, family: IpFamily) -> (&'static str, &'static s
     }
 }
 
-/// Reads our chains, jumps and sets.
+/// Reads our chains, jumps and sets: `iptables-save -c`, `ip6tables-save -c` and `ipset save`
+/// run at the same time (they read different kernel tables), and are parsed in that order.
 pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+    let runner = dataplane.runner;
+    let (saves, sets) = std::thread::scope(|scope| {
+        let saves = IpFamily::BOTH.map(|family| {
+            let (save, _) = programs(dataplane.backend, family);
+            (
+                family,
+                scope.spawn(move || run_checked(runner, save, &["-c"], None)),
+            )
+        });
+        let sets = run_checked(runner, "ipset", &["save"], None);
+        (saves.map(|(family, save)| (family, joined(save))), sets)
+    });
     let mut state = State::default();
-    for family in IpFamily::BOTH {
-        let (save, _) = programs(dataplane.backend, family);
-        match run_checked(dataplane.runner, save, &["-c"], None) {
+    for (family, save) in saves {
+        match save {
             Ok(output) => crate::observe::parse_iptables_save(&output.stdout, family, &mut state)?,
             // A kernel without IPv6 has no ip6tables tables; nothing of ours can be there.
             Err(error) if !dataplane.families.contains(&family) => {
@@ -47,9 +59,15 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
             Err(error) => return Err(error),
         }
     }
-    let sets = run_checked(dataplane.runner, "ipset", &["save"], None)?;
-    crate::observe::parse_ipset_save(&sets.stdout, &mut state);
+    crate::observe::parse_ipset_save(&sets?.stdout, &mut state);
     Ok(state)
+}
+
+/// The result of a scoped thread; a panic in it goes on in the caller.
+pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Applies a plan.

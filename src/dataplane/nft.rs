@@ -18,19 +18,40 @@ use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, Tabl
 
 /// Reads our tables.
 pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+    observe_families(dataplane, &IpFamily::BOTH)
+}
+
+/// Lists our table of each family, all at the same time, and parses them in order.
+fn observe_families(
+    dataplane: &Dataplane<'_>,
+    families: &[IpFamily],
+) -> Result<State, DataplaneError> {
+    let runner = dataplane.runner;
+    let listings = std::thread::scope(|scope| {
+        let listings: Vec<_> = families
+            .iter()
+            .map(|&family| {
+                let listing = scope.spawn(move || {
+                    runner.run(
+                        "nft",
+                        &["-j", "list", "table", family_name(family), TABLE],
+                        None,
+                    )
+                });
+                (family, listing)
+            })
+            .collect();
+        listings
+            .into_iter()
+            .map(|(family, listing)| (family, super::iptables::joined(listing)))
+            .collect::<Vec<_>>()
+    });
     let mut state = State::default();
-    for family in IpFamily::BOTH {
-        let output = dataplane
-            .runner
-            .run(
-                "nft",
-                &["-j", "list", "table", family_name(family), TABLE],
-                None,
-            )
-            .map_err(|source| DataplaneError::Spawn {
-                program: "nft".to_owned(),
-                source,
-            })?;
+    for (family, output) in listings {
+        let output = output.map_err(|source| DataplaneError::Spawn {
+            program: "nft".to_owned(),
+            source,
+        })?;
         if !output.success {
             if output.stderr.contains("No such file or directory") {
                 continue;
