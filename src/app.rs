@@ -276,6 +276,14 @@ fn plural(count: usize) -> &'static str {
 /// Loads, validates and compiles the policy directory for this host. On invalid input, prints
 /// the diagnostics and returns `None`.
 pub fn compile_policies(settings: &Settings) -> Option<(PolicySet, Compiled)> {
+    compile_policies_for(settings, &system::host::host_facts(&settings.config))
+}
+
+/// [`compile_policies`] for a host whose facts were read already.
+pub fn compile_policies_for(
+    settings: &Settings,
+    facts: &crate::facts::HostFacts,
+) -> Option<(PolicySet, Compiled)> {
     if !settings.config.policies_dir.is_dir() {
         eprintln!(
             "error: the policy directory `{}` does not exist or is not a directory",
@@ -291,8 +299,7 @@ pub fn compile_policies(settings: &Settings) -> Option<(PolicySet, Compiled)> {
         print_diagnostics(&set.diagnostics, &set.sources);
         return None;
     }
-    let facts = system::host::host_facts(&settings.config);
-    let compiled = compile::compile(&set.model, &settings.config, &facts);
+    let compiled = compile::compile(&set.model, &settings.config, facts);
     let mut warnings = set.diagnostics.clone();
     warnings.extend(compiled.warnings.iter().cloned());
     print_diagnostics(&warnings, &set.sources);

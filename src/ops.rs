@@ -9,10 +9,12 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::app::{Settings, compile_policies, load_policies};
+use crate::app::{Settings, compile_policies, compile_policies_for, load_policies};
 use crate::compile::Compiled;
 use crate::config::BackendChoice;
 use crate::dataplane::{Backend, Dataplane, SystemRunner, detect};
+use crate::facts::HostFacts;
+use crate::system::host::host_facts;
 use crate::model::IpFamily;
 use crate::plan::{self, Plan, Style};
 use crate::reconcile;
@@ -111,17 +113,48 @@ struct Prepared {
     desired: State,
 }
 
-fn prepare(settings: &Settings, runner: &SystemRunner) -> Result<Option<Prepared>> {
-    let Some((set, compiled)) = compile_policies(settings) else {
-        return Ok(None);
-    };
-    let backend = resolve_backend(settings.backend, runner)?;
+fn prepare_for(settings: &Settings, backend: Backend, facts: &HostFacts) -> Option<Prepared> {
+    let (set, compiled) = compile_policies_for(settings, facts)?;
     let desired = desired_state(&compiled.ruleset, backend);
-    Ok(Some(Prepared {
+    Some(Prepared {
         compiled,
         policies_fingerprint: set.fingerprint,
         backend,
         desired,
+    })
+}
+
+/// The families a host's ruleset programs (compiling gives the same list).
+fn families_of(facts: &HostFacts) -> Vec<IpFamily> {
+    if facts.ipv6 {
+        IpFamily::BOTH.to_vec()
+    } else {
+        vec![IpFamily::V4]
+    }
+}
+
+/// Compiles the policies (printing their diagnostics) while another thread reads what the
+/// kernel holds: neither needs the other, and together they are most of the time `plan` and
+/// `apply` take. The kernel's answer is only looked at once the policies are known to be valid.
+fn prepare_observing(
+    settings: &Settings,
+    runner: &SystemRunner,
+) -> Result<(Option<Prepared>, Result<State, crate::dataplane::DataplaneError>)> {
+    let backend = resolve_backend(settings.backend, runner)?;
+    let facts = host_facts(&settings.config);
+    let dataplane = Dataplane {
+        backend,
+        runner,
+        families: families_of(&facts),
+        state_dir: settings.state_dir.clone(),
+    };
+    Ok(std::thread::scope(|scope| {
+        let observing = scope.spawn(|| dataplane.observe());
+        let prepared = prepare_for(settings, backend, &facts);
+        let observed = observing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (prepared, observed)
     }))
 }
 
@@ -146,7 +179,8 @@ pub fn plan_command(
     out: Option<&Path>,
 ) -> Result<ExitCode> {
     let runner = SystemRunner;
-    let Some(prepared) = prepare(settings, &runner)? else {
+    let (prepared, observed) = prepare_observing(settings, &runner)?;
+    let Some(prepared) = prepared else {
         return Ok(ExitCode::from(1));
     };
     let dataplane = Dataplane {
@@ -155,7 +189,7 @@ pub fn plan_command(
         families: families(&prepared.compiled.ruleset),
         state_dir: settings.state_dir.clone(),
     };
-    let observed = dataplane.observe()?;
+    let observed = observed?;
     let changes = plan::plan(&prepared.desired, &observed);
     if json {
         let warnings: Vec<String> = prepared
@@ -226,6 +260,10 @@ pub fn apply_command(
 ) -> Result<ExitCode> {
     let runner = SystemRunner;
     let state_dir = StateDir::new(&settings.state_dir);
+    // Taken first so that the kernel can be read (under the lock) while the policies compile;
+    // a failure is reported where it always was, after the policies' diagnostics.
+    let lock = state_dir.lock("nodeport-guard apply", false);
+    let mut observed_early = None;
     let (backend, families, desired, index, expected_observed) = match plan_file {
         Some(path) => {
             let saved: SavedPlan =
@@ -248,7 +286,15 @@ pub fn apply_command(
             )
         }
         None => {
-            let Some(prepared) = prepare(settings, &runner)? else {
+            let prepared = if lock.is_ok() {
+                let (prepared, observed) = prepare_observing(settings, &runner)?;
+                observed_early = Some(observed);
+                prepared
+            } else {
+                let backend = resolve_backend(settings.backend, &runner)?;
+                prepare_for(settings, backend, &host_facts(&settings.config))
+            };
+            let Some(prepared) = prepared else {
                 return Ok(ExitCode::from(1));
             };
             let families = families(&prepared.compiled.ruleset);
@@ -256,7 +302,7 @@ pub fn apply_command(
             (prepared.backend, families, prepared.desired, index, None)
         }
     };
-    let _lock = state_dir.lock("nodeport-guard apply", false)?;
+    let _lock = lock?;
     if let Some(pending) = state_dir.pending()? {
         bail!(
             "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
@@ -269,7 +315,10 @@ pub fn apply_command(
         families: families.clone(),
         state_dir: settings.state_dir.clone(),
     };
-    let observed = dataplane.observe()?;
+    let observed = match observed_early {
+        Some(observed) => observed?,
+        None => dataplane.observe()?,
+    };
     if let Some(expected) = expected_observed
         && observed.fingerprint() != expected
     {
