@@ -131,6 +131,14 @@ impl Plan {
         self.tables.is_empty() && self.sets.is_empty()
     }
 
+    /// What the plan writes: the tables and the sets it names.
+    pub fn scope(&self) -> (BTreeSet<TableKey>, BTreeSet<String>) {
+        (
+            self.tables.iter().map(|table| table.key).collect(),
+            self.sets.iter().map(|set| set.name.clone()).collect(),
+        )
+    }
+
     /// The counts of the summary line.
     pub fn summary(&self) -> Summary {
         let mut summary = Summary::default();

@@ -99,6 +99,24 @@ pub struct State {
 }
 
 impl State {
+    /// The part of this state in these tables and sets.
+    pub fn within(&self, tables: &BTreeSet<TableKey>, sets: &BTreeSet<String>) -> State {
+        State {
+            tables: self
+                .tables
+                .iter()
+                .filter(|(key, _)| tables.contains(key))
+                .map(|(key, table)| (*key, table.clone()))
+                .collect(),
+            sets: self
+                .sets
+                .iter()
+                .filter(|(name, _)| sets.contains(*name))
+                .map(|(name, set)| (name.clone(), set.clone()))
+                .collect(),
+        }
+    }
+
     /// Whether we own nothing at all.
     pub fn is_empty(&self) -> bool {
         self.tables.values().all(TableState::is_empty) && self.sets.is_empty()
@@ -283,6 +301,35 @@ mod tests {
             table,
         );
         state
+    }
+
+    #[test]
+    fn within_keeps_only_the_named_tables_and_sets() {
+        let mut state = sample();
+        state.sets.insert(
+            "npg6-a".into(),
+            SetState {
+                family: IpFamily::V6,
+                kind: "hash:net".into(),
+                members: BTreeSet::from(["2001:db8::/32".to_owned()]),
+            },
+        );
+        let mangle6 = TableKey {
+            family: IpFamily::V6,
+            table: Table::Mangle,
+        };
+        let mangle4 = TableKey {
+            family: IpFamily::V4,
+            table: Table::Mangle,
+        };
+        let nothing = state.within(&BTreeSet::from([mangle4]), &BTreeSet::new());
+        assert!(nothing.is_empty());
+        let table_only = state.within(&BTreeSet::from([mangle6]), &BTreeSet::new());
+        assert_eq!(table_only.tables, state.tables);
+        assert!(table_only.sets.is_empty());
+        let set_only = state.within(&BTreeSet::new(), &BTreeSet::from(["npg6-a".to_owned()]));
+        assert_eq!(set_only.sets, state.sets);
+        assert!(set_only.tables.is_empty());
     }
 
     #[test]

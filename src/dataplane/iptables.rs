@@ -63,6 +63,63 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     Ok(state)
 }
 
+/// Sets a plan may write before [`observe_written`] reads all sets rather than one by one.
+const SETS_READ_ONE_BY_ONE: usize = 8;
+
+/// Reads back what a plan wrote, and only that: each table it wrote (`iptables-save -t TABLE`
+/// of that family) and each set it wrote (`ipset save NAME`, or all of `ipset save` when it
+/// wrote many), all at the same time. Whatever else the result holds is outside the plan.
+pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
+    let runner = dataplane.runner;
+    let (saves, sets) = std::thread::scope(|scope| {
+        let saves: Vec<_> = plan
+            .tables
+            .iter()
+            .map(|table| {
+                let (save, _) = programs(dataplane.backend, table.key.family);
+                let name = table.key.table.as_str();
+                (
+                    table.key.family,
+                    scope.spawn(move || run_checked(runner, save, &["-t", name], None)),
+                )
+            })
+            .collect();
+        let sets: Vec<_> = if plan.sets.len() > SETS_READ_ONE_BY_ONE {
+            vec![scope.spawn(move || run_checked(runner, "ipset", &["save"], None))]
+        } else {
+            plan.sets
+                .iter()
+                .map(|set| scope.spawn(move || read_set(runner, &set.name)))
+                .collect()
+        };
+        (
+            saves
+                .into_iter()
+                .map(|(family, save)| (family, joined(save)))
+                .collect::<Vec<_>>(),
+            sets.into_iter().map(joined).collect::<Vec<_>>(),
+        )
+    });
+    let mut state = State::default();
+    for (family, save) in saves {
+        crate::observe::parse_iptables_save(&save?.stdout, family, &mut state)?;
+    }
+    for set in sets {
+        crate::observe::parse_ipset_save(&set?.stdout, &mut state);
+    }
+    Ok(state)
+}
+
+/// `ipset save NAME`; a set that does not exist (it was just destroyed) reads as nothing.
+fn read_set(runner: &dyn super::Runner, name: &str) -> Result<super::Output, DataplaneError> {
+    match run_checked(runner, "ipset", &["save", name], None) {
+        Err(DataplaneError::Failed(failure)) if failure.stderr.contains("does not exist") => {
+            Ok(super::Output::default())
+        }
+        other => other,
+    }
+}
+
 /// The result of a scoped thread; a panic in it goes on in the caller.
 pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle

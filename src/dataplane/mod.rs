@@ -255,6 +255,15 @@ impl Dataplane<'_> {
         }
     }
 
+    /// Reads back what `plan` wrote: at least every table and set it names (see
+    /// [`Plan::scope`]), with or without anything else.
+    pub fn observe_written(&self, plan: &Plan) -> Result<State, DataplaneError> {
+        match self.backend {
+            Backend::IptablesLegacy | Backend::IptablesNft => iptables::observe_written(self, plan),
+            Backend::Nftables => nft::observe_written(self, plan),
+        }
+    }
+
     /// Carries out a plan that leads to `desired`. iptables: sets first, then one atomic
     /// restore per table and family, then set deletions. nftables: one transaction.
     pub fn apply(&self, plan: &Plan, desired: &State) -> Result<(), DataplaneError> {

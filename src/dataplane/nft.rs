@@ -21,7 +21,19 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     observe_families(dataplane, &IpFamily::BOTH)
 }
 
-/// Lists our table of each family, all at the same time, and parses them in order.
+/// Reads back what a plan wrote: our tables of the families it touched.
+pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
+    let families: BTreeSet<IpFamily> = plan
+        .tables
+        .iter()
+        .map(|table| table.key.family)
+        .chain(plan.sets.iter().map(|set| set.family))
+        .collect();
+    observe_families(dataplane, &families.into_iter().collect::<Vec<_>>())
+}
+
+/// Lists our table of each family, as JSON and as text, all at the same time, and parses them
+/// in order.
 fn observe_families(
     dataplane: &Dataplane<'_>,
     families: &[IpFamily],
@@ -31,23 +43,40 @@ fn observe_families(
         let listings: Vec<_> = families
             .iter()
             .map(|&family| {
-                let listing = scope.spawn(move || {
+                let json = scope.spawn(move || {
                     runner.run(
                         "nft",
                         &["-j", "list", "table", family_name(family), TABLE],
                         None,
                     )
                 });
-                (family, listing)
+                // The same rules as nft prints them, by handle, so that an observed state can
+                // be written back (a failed or unconfirmed apply puts the previous rules back).
+                // `-t` leaves set elements out; they are read from the JSON.
+                let text = scope.spawn(move || {
+                    run_checked(
+                        runner,
+                        "nft",
+                        &["-a", "-t", "list", "table", family_name(family), TABLE],
+                        None,
+                    )
+                });
+                (family, json, text)
             })
             .collect();
         listings
             .into_iter()
-            .map(|(family, listing)| (family, super::iptables::joined(listing)))
+            .map(|(family, json, text)| {
+                (
+                    family,
+                    super::iptables::joined(json),
+                    super::iptables::joined(text),
+                )
+            })
             .collect::<Vec<_>>()
     });
     let mut state = State::default();
-    for (family, output) in listings {
+    for (family, output, listing) in listings {
         let output = output.map_err(|source| DataplaneError::Spawn {
             program: "nft".to_owned(),
             source,
@@ -70,16 +99,7 @@ fn observe_families(
                 "`nft -j list table` printed JSON that cannot be read: {error}"
             ))
         })?;
-        // The same rules as nft prints them, by handle, so that an observed state can be
-        // written back (a failed or unconfirmed apply puts the previous rules back). `-t`
-        // leaves set elements out; they are read from the JSON.
-        let listing = run_checked(
-            dataplane.runner,
-            "nft",
-            &["-a", "-t", "list", "table", family_name(family), TABLE],
-            None,
-        )?;
-        let texts = rule_texts(&listing.stdout);
+        let texts = rule_texts(&listing?.stdout);
         parse_table_with_texts(&json, family, &texts, &mut state);
     }
     Ok(state)
