@@ -47,7 +47,21 @@ pub fn load_policies(paths: &[PathBuf]) -> PolicySet {
 
 /// [`load_policies`] with options.
 pub fn load_policies_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
-    let loaded = load::load_paths_with(paths, options);
+    policy_set(load::load_paths_with(paths, options))
+}
+
+/// [`load_policies_with`], parsing only the files whose text changed since the read that
+/// filled `cache` (the daemon's reloads).
+pub fn load_policies_cached(
+    paths: &[PathBuf],
+    options: load::LoadOptions,
+    cache: &mut load::ParseCache,
+) -> PolicySet {
+    policy_set(load::load_paths_cached(paths, options, cache))
+}
+
+/// Validates what was read into a policy set.
+fn policy_set(loaded: load::Loaded) -> PolicySet {
     let (model, mut diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
     diagnostics.extend(loaded.diagnostics);
     diagnostic::sort(&mut diagnostics);

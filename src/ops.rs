@@ -14,12 +14,12 @@ use crate::compile::Compiled;
 use crate::config::BackendChoice;
 use crate::dataplane::{Backend, Dataplane, SystemRunner, detect};
 use crate::facts::HostFacts;
-use crate::system::host::host_facts;
 use crate::model::IpFamily;
 use crate::plan::{self, Plan, Style};
 use crate::reconcile;
 use crate::ruleset::Ruleset;
 use crate::state::{self, State};
+use crate::system::host::host_facts;
 use crate::system::runtime::{
     AppliedIndex, OriginEntry, PendingApply, RollbackRecord, StateDir, now_seconds,
 };
@@ -139,7 +139,10 @@ fn families_of(facts: &HostFacts) -> Vec<IpFamily> {
 fn prepare_observing(
     settings: &Settings,
     runner: &SystemRunner,
-) -> Result<(Option<Prepared>, Result<State, crate::dataplane::DataplaneError>)> {
+) -> Result<(
+    Option<Prepared>,
+    Result<State, crate::dataplane::DataplaneError>,
+)> {
     let backend = resolve_backend(settings.backend, runner)?;
     let facts = host_facts(&settings.config);
     let dataplane = Dataplane {

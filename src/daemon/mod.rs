@@ -65,6 +65,8 @@ struct Daemon {
     state_dir: StateDir,
     metrics: metrics::Shared,
     last_good: Option<LastGood>,
+    /// The policy files parsed at the last read: a reload parses only what changed.
+    parse_cache: crate::load::ParseCache,
     last_errors: Vec<String>,
     summary: String,
     /// Whether the last reload was refused because the set was empty (so the refusal is said
@@ -120,6 +122,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
         state_dir,
         metrics,
         last_good: None,
+        parse_cache: Default::default(),
         last_errors: Vec::new(),
         summary: "starting".to_owned(),
         refusing_empty: false,
@@ -133,6 +136,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
         "nodeport-guard daemon starting"
     );
     daemon.handle(Event::Resync);
+    crate::system::runtime::release_free_memory();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&daemon.summary),
@@ -185,6 +189,7 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
             _ = interrupt.recv() => break,
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
+        crate::system::runtime::release_free_memory();
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping; the rules stay in place");
@@ -227,7 +232,7 @@ impl Daemon {
     /// Reads the policy directory, as a policy set. A missing directory reads as an empty set
     /// (a ConfigMap or confd glitch, or a directory being replaced), which the empty-set guard
     /// then catches.
-    fn read_policies(&self) -> PolicySet {
+    fn read_policies(&mut self) -> PolicySet {
         if !self.settings.config.policies_dir.is_dir() {
             return PolicySet {
                 sources: Default::default(),
@@ -236,9 +241,10 @@ impl Daemon {
                 fingerprint: "missing".to_owned(),
             };
         }
-        crate::app::load_policies_with(
+        crate::app::load_policies_cached(
             std::slice::from_ref(&self.settings.config.policies_dir),
             self.settings.load,
+            &mut self.parse_cache,
         )
     }
 
