@@ -133,18 +133,47 @@ fn families_of(facts: &HostFacts) -> Vec<IpFamily> {
     }
 }
 
+/// The backend to use. When it cannot be told, the policies are checked first: broken policy
+/// files are what the operator must see first (`Ok(None)` after their diagnostics), and only
+/// valid ones let the backend's error through.
+fn backend_after_policies(
+    settings: &Settings,
+    runner: &SystemRunner,
+    facts: &HostFacts,
+) -> Result<Option<Backend>> {
+    match resolve_backend(settings.backend, runner) {
+        Ok(backend) => Ok(Some(backend)),
+        Err(error) => match compile_policies_for(settings, facts) {
+            None => Ok(None),
+            Some(_) => Err(error),
+        },
+    }
+}
+
+/// [`prepare_for`] with the backend resolved first (see [`backend_after_policies`]).
+fn prepare(settings: &Settings, runner: &SystemRunner) -> Result<Option<Prepared>> {
+    let facts = host_facts(&settings.config);
+    let Some(backend) = backend_after_policies(settings, runner, &facts)? else {
+        return Ok(None);
+    };
+    Ok(prepare_for(settings, backend, &facts))
+}
+
+/// What the kernel held, read while the policies compiled.
+type Observed = Result<State, crate::dataplane::DataplaneError>;
+
 /// Compiles the policies (printing their diagnostics) while another thread reads what the
 /// kernel holds: neither needs the other, and together they are most of the time `plan` and
-/// `apply` take. The kernel's answer is only looked at once the policies are known to be valid.
+/// `apply` take. The kernel's answer is only looked at once the policies are known to be valid;
+/// `None` when they are not.
 fn prepare_observing(
     settings: &Settings,
     runner: &SystemRunner,
-) -> Result<(
-    Option<Prepared>,
-    Result<State, crate::dataplane::DataplaneError>,
-)> {
-    let backend = resolve_backend(settings.backend, runner)?;
+) -> Result<Option<(Prepared, Observed)>> {
     let facts = host_facts(&settings.config);
+    let Some(backend) = backend_after_policies(settings, runner, &facts)? else {
+        return Ok(None);
+    };
     let dataplane = Dataplane {
         backend,
         runner,
@@ -157,7 +186,7 @@ fn prepare_observing(
         let observed = observing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (prepared, observed)
+        prepared.map(|prepared| (prepared, observed))
     }))
 }
 
@@ -182,8 +211,7 @@ pub fn plan_command(
     out: Option<&Path>,
 ) -> Result<ExitCode> {
     let runner = SystemRunner;
-    let (prepared, observed) = prepare_observing(settings, &runner)?;
-    let Some(prepared) = prepared else {
+    let Some((prepared, observed)) = prepare_observing(settings, &runner)? else {
         return Ok(ExitCode::from(1));
     };
     let dataplane = Dataplane {
@@ -290,12 +318,12 @@ pub fn apply_command(
         }
         None => {
             let prepared = if lock.is_ok() {
-                let (prepared, observed) = prepare_observing(settings, &runner)?;
-                observed_early = Some(observed);
-                prepared
+                prepare_observing(settings, &runner)?.map(|(prepared, observed)| {
+                    observed_early = Some(observed);
+                    prepared
+                })
             } else {
-                let backend = resolve_backend(settings.backend, &runner)?;
-                prepare_for(settings, backend, &host_facts(&settings.config))
+                prepare(settings, &runner)?
             };
             let Some(prepared) = prepared else {
                 return Ok(ExitCode::from(1));

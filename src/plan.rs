@@ -139,6 +139,15 @@ impl Plan {
         )
     }
 
+    /// The families whose tables or sets the plan changes.
+    pub fn families(&self) -> BTreeSet<IpFamily> {
+        self.tables
+            .iter()
+            .map(|table| table.key.family)
+            .chain(self.sets.iter().map(|set| set.family))
+            .collect()
+    }
+
     /// The counts of the summary line.
     pub fn summary(&self) -> Summary {
         let mut summary = Summary::default();

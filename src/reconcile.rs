@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::dataplane::{Dataplane, DataplaneError};
+use crate::dataplane::{Backend, Dataplane, DataplaneError};
 use crate::plan::{Plan, Summary, plan};
 use crate::state::State;
 
@@ -91,20 +91,33 @@ pub fn apply_against(
     }
 }
 
-/// Reads back what `written` wrote and checks that the kernel holds `desired` there, in every
-/// table and set the plan names. What the plan did not touch was read just before it was made
-/// and needed no change; reading it again would only double the time an apply takes.
+/// Reads back what `written` wrote and checks that the kernel holds `desired` there. What the
+/// plan did not touch was read just before it was made and needed no change; reading it again
+/// would only double the time an apply takes. With iptables that is every table and set the
+/// plan names; with nftables every table and set of a family it touched, since one
+/// transaction may rebuild a family's whole table.
 pub fn verify(
     dataplane: &Dataplane<'_>,
     desired: &State,
     written: &Plan,
 ) -> Result<(), DataplaneError> {
     let after = dataplane.observe_written(written)?;
-    let (tables, sets) = written.scope();
-    let remaining = plan(
-        &desired.within(&tables, &sets),
-        &after.within(&tables, &sets),
-    );
+    let remaining = match dataplane.backend {
+        Backend::Nftables => {
+            let families = written.families();
+            plan(
+                &desired.of_families(&families),
+                &after.of_families(&families),
+            )
+        }
+        Backend::IptablesLegacy | Backend::IptablesNft => {
+            let (tables, sets) = written.scope();
+            plan(
+                &desired.within(&tables, &sets),
+                &after.within(&tables, &sets),
+            )
+        }
+    };
     if remaining.is_empty() {
         Ok(())
     } else {

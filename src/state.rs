@@ -117,6 +117,23 @@ impl State {
         }
     }
 
+    /// The part of this state of these families.
+    pub fn of_families(&self, families: &BTreeSet<IpFamily>) -> State {
+        let tables = self
+            .tables
+            .keys()
+            .filter(|key| families.contains(&key.family))
+            .copied()
+            .collect();
+        let sets = self
+            .sets
+            .iter()
+            .filter(|(_, set)| families.contains(&set.family))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.within(&tables, &sets)
+    }
+
     /// Whether we own nothing at all.
     pub fn is_empty(&self) -> bool {
         self.tables.values().all(TableState::is_empty) && self.sets.is_empty()
@@ -330,6 +347,12 @@ mod tests {
         let set_only = state.within(&BTreeSet::new(), &BTreeSet::from(["npg6-a".to_owned()]));
         assert_eq!(set_only.sets, state.sets);
         assert!(set_only.tables.is_empty());
+        assert_eq!(state.of_families(&BTreeSet::from([IpFamily::V6])), state);
+        assert!(
+            state
+                .of_families(&BTreeSet::from([IpFamily::V4]))
+                .is_empty()
+        );
     }
 
     #[test]

@@ -21,15 +21,10 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     observe_families(dataplane, &IpFamily::BOTH)
 }
 
-/// Reads back what a plan wrote: our tables of the families it touched.
+/// Reads back what a plan wrote: our tables of the families it touched, whole (a transaction
+/// that rebuilds a family's table rewrites more than the plan names).
 pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
-    let families: BTreeSet<IpFamily> = plan
-        .tables
-        .iter()
-        .map(|table| table.key.family)
-        .chain(plan.sets.iter().map(|set| set.family))
-        .collect();
-    observe_families(dataplane, &families.into_iter().collect::<Vec<_>>())
+    observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>())
 }
 
 /// Lists our table of each family, as JSON and as text, all at the same time, and parses them
