@@ -359,6 +359,28 @@ fn in_place_write_is_applied_within_3s(backend: Backend) {
 }
 one_backend_test!(in_place_write_is_applied_within_3s, Legacy, legacy);
 
+/// (legacy) A policy directory given as a relative path (`--policies policies`, run from its
+/// parent) is watched like an absolute one: a change is effective within 3 s.
+fn relative_policy_directory_is_watched(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = daemon_guard(&lab, NO_RESYNC, "");
+    let file = guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let daemon = Daemon::start_relative(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+
+    let t = Instant::now();
+    write_in_place(&file, &whitelist(&[SRC_B]));
+    expect_traffic_within(
+        &lab,
+        &daemon,
+        t,
+        &[SRC_B],
+        &[SRC_A],
+        "after a write into a directory given as a relative path",
+    );
+}
+one_backend_test!(relative_policy_directory_is_watched, Legacy, legacy);
+
 /// (nft) An editor's save is effective within 3 s: first the "write a temp
 /// file, rename it over the original" save (with vim's `.swp` swap file and
 /// its `4913` probe file created and deleted around it), then vim's default

@@ -181,7 +181,11 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
                 watcher.refresh();
                 daemon.handle(Event::Reload);
             }
-            _ = resync.tick() => daemon.handle(Event::Resync),
+            _ = resync.tick() => {
+                // A directory recreated while its parent could not be watched is found here.
+                watcher.refresh();
+                daemon.handle(Event::Resync);
+            }
             _ = watchdog.tick(), if watchdog_every.is_some() => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }

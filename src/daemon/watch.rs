@@ -54,6 +54,9 @@ impl DirectoryWatcher {
     /// Starts watching `dir` (and its parent), sending [`Event::PoliciesChanged`] for every
     /// event that may change the policy set (the loop debounces them).
     pub fn start(dir: &Path, events: UnboundedSender<Event>) -> notify::Result<Self> {
+        // notify reports absolute paths; a relative directory would match none of them, and
+        // would have no parent to watch.
+        let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let watched_dir = dir.to_path_buf();
         let handler = move |result: notify::Result<notify::Event>| match result {
             Ok(event) => {

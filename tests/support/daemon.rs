@@ -87,9 +87,25 @@ impl Daemon {
         Daemon::spawn_with(guard, name, &[])
     }
 
+    /// [`Daemon::start`], run from the guard's directory with `--policies policies`: the
+    /// policy directory as a relative path, as an operator may give it.
+    #[track_caller]
+    pub fn start_relative(guard: &Guard<'_>) -> Daemon {
+        let mut daemon = Daemon::spawn_in(guard, "daemon", &[], true);
+        daemon.wait_ready(READY_TIMEOUT);
+        daemon
+    }
+
     /// [`Daemon::spawn`] with extra global options before `run`.
     #[track_caller]
     pub fn spawn_with(guard: &Guard<'_>, name: &str, options: &[&str]) -> Daemon {
+        Daemon::spawn_in(guard, name, options, false)
+    }
+
+    /// [`Daemon::spawn_with`]; `relative`: from the guard's directory, with the policy
+    /// directory given relative to it.
+    #[track_caller]
+    fn spawn_in(guard: &Guard<'_>, name: &str, options: &[&str], relative: bool) -> Daemon {
         let logs = guard.path("logs");
         std::fs::create_dir_all(&logs)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", logs.display()));
@@ -105,7 +121,11 @@ impl Daemon {
             "--config".into(),
             guard.config_path().display().to_string(),
             "--policies".into(),
-            guard.policies_dir().display().to_string(),
+            if relative {
+                "policies".into()
+            } else {
+                guard.policies_dir().display().to_string()
+            },
             "--state-dir".into(),
             guard.state_dir().display().to_string(),
             "--backend".into(),
@@ -117,6 +137,7 @@ impl Daemon {
         let command = cmd::command_line(&ip, &args);
         let child = Command::new(&ip)
             .args(&args)
+            .current_dir(guard.path(""))
             // The default level of `run` is info; a RUST_LOG inherited from
             // the test environment must not hide the lines tests look for.
             .env_remove("RUST_LOG")
