@@ -1,10 +1,8 @@
-//! The native nftables backend: reads our tables with `nft -j list table`, writes every change
+//! The native nftables backend: reads our tables with `nft -y -a list table`, writes every change
 //! as one `nft -f` transaction (sets, chains and hooks of both families together).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-
-use serde_json::Value;
 
 use super::{Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
@@ -27,51 +25,36 @@ pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, 
     observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>())
 }
 
-/// Lists our table of each family, as JSON and as text, all at the same time, and parses them
-/// in order.
+/// The listing [`parse_listing`] reads: rule handles (`-a`), numeric priorities (`-y`), set
+/// elements included.
+const LIST_FLAGS: [&str; 2] = ["-y", "-a"];
+
+/// Lists our table of each family, all at the same time, and parses them in order.
 fn observe_families(
     dataplane: &Dataplane<'_>,
     families: &[IpFamily],
 ) -> Result<State, DataplaneError> {
     let runner = dataplane.runner;
+    let list = |family: IpFamily| {
+        let mut args = LIST_FLAGS.to_vec();
+        args.extend(["list", "table", family_name(family), TABLE]);
+        args
+    };
     let listings = std::thread::scope(|scope| {
         let listings: Vec<_> = families
             .iter()
             .map(|&family| {
-                let json = scope.spawn(move || {
-                    runner.run(
-                        "nft",
-                        &["-j", "list", "table", family_name(family), TABLE],
-                        None,
-                    )
-                });
-                // The same rules as nft prints them, by handle, so that an observed state can
-                // be written back (a failed or unconfirmed apply puts the previous rules back).
-                // `-t` leaves set elements out; they are read from the JSON.
-                let text = scope.spawn(move || {
-                    run_checked(
-                        runner,
-                        "nft",
-                        &["-a", "-t", "list", "table", family_name(family), TABLE],
-                        None,
-                    )
-                });
-                (family, json, text)
+                let args = list(family);
+                (family, scope.spawn(move || runner.run("nft", &args, None)))
             })
             .collect();
         listings
             .into_iter()
-            .map(|(family, json, text)| {
-                (
-                    family,
-                    super::iptables::joined(json),
-                    super::iptables::joined(text),
-                )
-            })
+            .map(|(family, listing)| (family, super::iptables::joined(listing)))
             .collect::<Vec<_>>()
     });
     let mut state = State::default();
-    for (family, output, listing) in listings {
+    for (family, output) in listings {
         let output = output.map_err(|source| DataplaneError::Spawn {
             program: "nft".to_owned(),
             source,
@@ -81,21 +64,10 @@ fn observe_families(
                 continue;
             }
             // Surface the failure with its command and stderr.
-            run_checked(
-                dataplane.runner,
-                "nft",
-                &["-j", "list", "table", family_name(family), TABLE],
-                None,
-            )?;
+            run_checked(dataplane.runner, "nft", &list(family), None)?;
             continue;
         }
-        let json: Value = serde_json::from_str(&output.stdout).map_err(|error| {
-            DataplaneError::Verify(format!(
-                "`nft -j list table` printed JSON that cannot be read: {error}"
-            ))
-        })?;
-        let texts = rule_texts(&listing?.stdout);
-        parse_table_with_texts(&json, family, &texts, &mut state);
+        parse_listing(&output.stdout, family, &mut state);
     }
     Ok(state)
 }
@@ -176,161 +148,183 @@ fn hash_of_comment(comment: Option<&str>) -> Option<String> {
     (!hash.is_empty()).then_some(hash)
 }
 
-/// Turns `nft -j list table` output into our state. Pure.
-pub fn parse_table(json: &Value, family: IpFamily, state: &mut State) {
-    parse_table_with_texts(json, family, &BTreeMap::new(), state);
+/// One rule of a listing.
+struct ListedRule<'a> {
+    chain: &'a str,
+    handle: u64,
+    body: &'a str,
+    comment: Option<&'a str>,
+    counters: Option<Counters>,
+    target: Option<&'a str>,
 }
 
-/// [`parse_table`], with the rules' texts by handle (from [`rule_texts`]): rules of ours then
-/// carry the command that creates them again, and base chains of ours the commands that
-/// declare them and their jump, so the state can be written back. Pure.
-pub fn parse_table_with_texts(
-    json: &Value,
-    family: IpFamily,
-    texts: &BTreeMap<u64, String>,
-    state: &mut State,
-) {
-    let Some(items) = json.get("nftables").and_then(Value::as_array) else {
-        return;
-    };
-    // Base chains: name → (hook, priority, policy).
-    let mut base_chains: Vec<(String, String, i64, String)> = Vec::new();
-    for item in items {
-        if let Some(chain) = item.get("chain") {
-            let name = chain
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            match chain.get("hook").and_then(Value::as_str) {
-                Some(hook) => base_chains.push((
-                    name.to_owned(),
-                    hook.to_owned(),
-                    chain
-                        .get("prio")
-                        .and_then(Value::as_i64)
-                        .unwrap_or_default(),
-                    chain
-                        .get("policy")
-                        .and_then(Value::as_str)
-                        .unwrap_or("accept")
-                        .to_owned(),
-                )),
-                None => {
-                    let (table, ours) = split_chain(name);
-                    table_state(state, family, table)
-                        .chains
-                        .entry(ours)
-                        .or_default();
-                }
+/// A base chain of a listing: name, hook, priority, policy.
+type BaseChain<'a> = (&'a str, &'a str, i64, &'a str);
+
+/// Turns an `nft -y -a list table` listing of our table (numeric priorities, rule handles,
+/// set elements) into our state. Rules of ours carry the command that creates them again, and
+/// base chains of ours the commands that declare them and their jump, so an observed state
+/// can be written back. Pure.
+pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
+    let texts = rule_texts(listing);
+    let mut base_chains: Vec<BaseChain<'_>> = Vec::new();
+    let mut rules: Vec<ListedRule<'_>> = Vec::new();
+    let mut chains: Vec<&str> = Vec::new();
+    let mut chain: Option<&str> = None;
+    let mut set: Option<(&str, SetState)> = None;
+    let mut in_elements = false;
+    for line in listing.lines() {
+        let trimmed = line.trim();
+        if let Some((_, state_of_set)) = &mut set {
+            if in_elements || trimmed.starts_with("elements = {") {
+                let list = trimmed.strip_prefix("elements = {").unwrap_or(trimmed);
+                let (list, closed) = match list.strip_suffix('}') {
+                    Some(list) => (list, true),
+                    None => (list, false),
+                };
+                state_of_set.members.extend(
+                    list.split(',')
+                        .map(str::trim)
+                        .filter(|member| !member.is_empty())
+                        .map(str::to_owned),
+                );
+                in_elements = !closed;
+            } else if let Some(set_type) = trimmed.strip_prefix("type ") {
+                state_of_set.kind = set_type.to_owned();
+            } else if let Some(flags) = trimmed.strip_prefix("flags ") {
+                state_of_set.kind = format!("{},{}", state_of_set.kind, flags.replace(' ', ""));
+            } else if trimmed == "}"
+                && let Some((name, set_state)) = set.take()
+            {
+                state.sets.insert(name.to_owned(), set_state);
             }
+            continue;
         }
-        if let Some(set) = item.get("set") {
-            let name = set.get("name").and_then(Value::as_str).unwrap_or_default();
-            let set_type = match set.get("type") {
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" . "),
-                Some(Value::String(text)) => text.clone(),
-                _ => String::new(),
-            };
-            let flags: Vec<&str> = set
-                .get("flags")
-                .and_then(Value::as_array)
-                .map(|flags| flags.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let kind = if flags.is_empty() {
-                set_type
-            } else {
-                format!("{set_type},{}", flags.join(","))
-            };
-            let members: BTreeSet<String> = set
-                .get("elem")
-                .and_then(Value::as_array)
-                .map(|elements| elements.iter().map(element_text).collect())
-                .unwrap_or_default();
-            state.sets.insert(
-                name.to_owned(),
+        if let Some(rest) = trimmed.strip_prefix("set ") {
+            let name = rest.split_whitespace().next().unwrap_or_default();
+            set = Some((
+                name,
                 SetState {
                     family,
-                    kind,
-                    members,
+                    kind: String::new(),
+                    members: BTreeSet::new(),
                 },
-            );
+            ));
+            continue;
         }
-    }
-    for item in items {
-        let Some(rule) = item.get("rule") else {
+        if let Some(rest) = trimmed.strip_prefix("chain ") {
+            let name = rest.split_whitespace().next().unwrap_or_default();
+            chain = Some(name);
+            chains.push(name);
+            continue;
+        }
+        if trimmed == "}" {
+            chain = None;
+            continue;
+        }
+        let Some(current) = chain else {
             continue;
         };
-        let chain = rule
-            .get("chain")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let comment = rule.get("comment").and_then(Value::as_str);
-        let handle = rule
-            .get("handle")
-            .and_then(Value::as_u64)
-            .unwrap_or_default();
-        let expressions = rule
-            .get("expr")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let counters = expressions.iter().find_map(|e| {
-            let counter = e.get("counter")?;
-            Some(Counters {
-                packets: counter.get("packets")?.as_u64()?,
-                bytes: counter.get("bytes")?.as_u64()?,
-            })
+        if trimmed.starts_with("type ") && trimmed.contains(" hook ") {
+            let words: Vec<&str> = trimmed
+                .split([' ', ';'])
+                .filter(|w| !w.is_empty())
+                .collect();
+            let after = |key: &str| {
+                words
+                    .iter()
+                    .position(|word| *word == key)
+                    .and_then(|at| words.get(at + 1).copied())
+            };
+            base_chains.push((
+                current,
+                after("hook").unwrap_or_default(),
+                after("priority")
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_default(),
+                after("policy").unwrap_or("accept"),
+            ));
+            continue;
+        }
+        let Some((body, handle)) = trimmed.rsplit_once(" # handle ") else {
+            continue;
+        };
+        let Ok(handle) = handle.trim().parse::<u64>() else {
+            continue;
+        };
+        let comment = body
+            .rsplit_once(" comment \"")
+            .or_else(|| body.strip_prefix("comment \"").map(|rest| ("", rest)))
+            .and_then(|(_, rest)| rest.strip_suffix('"'));
+        let words: Vec<&str> = body.split(' ').collect();
+        let counters = words.windows(5).find_map(|w| match w {
+            ["counter", "packets", packets, "bytes", bytes] => Some(Counters {
+                packets: packets.parse().ok()?,
+                bytes: bytes.parse().ok()?,
+            }),
+            _ => None,
         });
-        if let Some((_, hook, priority, policy)) =
-            base_chains.iter().find(|(name, ..)| name == chain)
-        {
+        let target = words
+            .windows(2)
+            .find_map(|w| matches!(w[0], "jump" | "goto").then_some(w[1]));
+        rules.push(ListedRule {
+            chain: current,
+            handle,
+            body,
+            comment,
+            counters,
+            target,
+        });
+    }
+    let chain_of = |chain: &str| {
+        base_chains
+            .iter()
+            .find(|(name, ..)| *name == chain)
+            .copied()
+    };
+    // Our chains, empty ones included (base chains are hooks, below).
+    for name in chains.into_iter().filter(|name| chain_of(name).is_none()) {
+        let (table, ours) = split_chain(name);
+        table_state(state, family, table)
+            .chains
+            .entry(ours)
+            .or_default();
+    }
+    for rule in rules {
+        if let Some((chain, hook, priority, policy)) = chain_of(rule.chain) {
             let (table, kernel_chain) = split_chain(chain);
-            let target = expressions
-                .iter()
-                .find_map(|e| e.get("jump")?.get("target")?.as_str())
-                .unwrap_or_default();
-            let identity = hook_identity(hook, *priority, policy, target);
+            let target = rule.target.unwrap_or_default();
+            let identity = hook_identity(hook, priority, policy, target);
             let hooks = table_state(state, family, table)
                 .hooks
                 .entry(kernel_chain.clone())
                 .or_default();
-            let hash = if hash_of_comment(comment).is_some() {
-                Some(crate::render::iptables::rule_hash(
-                    table,
-                    &kernel_chain,
-                    &identity,
-                ))
-            } else {
-                None
-            };
-            let text = match (comment, &hash) {
+            let hash = hash_of_comment(rule.comment)
+                .map(|_| crate::render::iptables::rule_hash(table, &kernel_chain, &identity));
+            let text = match (rule.comment, &hash) {
                 (Some(comment), Some(_)) => crate::render::nft::hook_commands(
-                    family, chain, hook, *priority, policy, target, comment,
+                    family, chain, hook, priority, policy, target, comment,
                 ),
-                _ => format!("base chain {chain}: {identity} (handle {handle})"),
+                _ => format!("base chain {chain}: {identity} (handle {})", rule.handle),
             };
             hooks.push(HookRule {
                 position: hooks.len() + 1,
                 rule: RuleLine {
                     hash,
                     text,
-                    counters,
+                    counters: rule.counters,
                 },
             });
             continue;
         }
-        let (table, ours) = split_chain(chain);
-        let hash = hash_of_comment(comment);
-        let text = match comment {
-            Some(_) if hash.is_some() && texts.contains_key(&handle) => texts[&handle].clone(),
-            Some(comment) if hash.is_some() => format!("rule {handle}: {comment}"),
+        let (table, ours) = split_chain(rule.chain);
+        let hash = hash_of_comment(rule.comment);
+        let text = match (&hash, texts.get(&rule.handle)) {
+            (Some(_), Some(text)) => text.clone(),
             _ => format!(
-                "rule {handle}, not written by nodeport-guard: {}",
-                Value::Array(expressions)
+                "rule {}, not written by nodeport-guard: {}",
+                rule.handle,
+                without_counter_values(rule.body)
             ),
         };
         table_state(state, family, table)
@@ -340,11 +334,11 @@ pub fn parse_table_with_texts(
             .push(RuleLine {
                 hash,
                 text,
-                counters,
+                counters: rule.counters,
             });
     }
     // A base chain without rules is still ours and still wrong.
-    for (name, hook, priority, policy) in &base_chains {
+    for (name, hook, priority, policy) in base_chains {
         let (table, kernel_chain) = split_chain(name);
         let hooks = table_state(state, family, table)
             .hooks
@@ -357,7 +351,7 @@ pub fn parse_table_with_texts(
                     hash: None,
                     text: format!(
                         "base chain {name}: {}",
-                        hook_identity(hook, *priority, policy, "")
+                        hook_identity(hook, priority, policy, "")
                     ),
                     counters: None,
                 },
@@ -368,40 +362,6 @@ pub fn parse_table_with_texts(
 
 fn table_state(state: &mut State, family: IpFamily, table: Table) -> &mut TableState {
     state.tables.entry(TableKey { family, table }).or_default()
-}
-
-/// A set element as nft lists it: `192.0.2.0/24`, `192.0.2.1`, `192.0.2.1 . tcp . 8080`.
-fn element_text(element: &Value) -> String {
-    match element {
-        Value::String(text) => text.clone(),
-        Value::Number(number) => number.to_string(),
-        Value::Object(object) => {
-            if let Some(prefix) = object.get("prefix") {
-                let address = prefix
-                    .get("addr")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let length = prefix
-                    .get("len")
-                    .and_then(Value::as_u64)
-                    .unwrap_or_default();
-                format!("{address}/{length}")
-            } else if let Some(Value::Array(parts)) = object.get("concat") {
-                parts
-                    .iter()
-                    .map(element_text)
-                    .collect::<Vec<_>>()
-                    .join(" . ")
-            } else if let Some(Value::Array(range)) = object.get("range") {
-                range.iter().map(element_text).collect::<Vec<_>>().join("-")
-            } else if let Some(inner) = object.get("elem").and_then(|e| e.get("val")) {
-                element_text(inner)
-            } else {
-                element.to_string()
-            }
-        }
-        other => other.to_string(),
-    }
 }
 
 /// The `nft -f` script that carries out a plan, as one transaction.
@@ -592,19 +552,44 @@ mod tests {
 
     #[test]
     fn listing_becomes_state() {
-        let json: Value = serde_json::from_str(r#"{"nftables": [
-            {"metainfo": {"version": "1.0.6"}},
-            {"table": {"family": "ip", "name": "nodeport_guard", "handle": 3}},
-            {"set": {"family": "ip", "name": "npg4-n-abc", "table": "nodeport_guard", "type": "ipv4_addr", "handle": 1, "flags": ["interval"], "elem": [{"prefix": {"addr": "192.0.2.0", "len": 24}}, "198.51.100.1"]}},
-            {"set": {"family": "ip", "name": "npg4-p-abc", "table": "nodeport_guard", "type": ["ipv4_addr", "inet_proto", "inet_service"], "handle": 2, "elem": [{"concat": ["192.0.2.1", "tcp", 8080]}]}},
-            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-npg-PREROUTING", "handle": 3}},
-            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-PREROUTING", "handle": 4, "type": "filter", "hook": "prerouting", "prio": -151, "policy": "accept"}},
-            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-npg-PREROUTING", "handle": 6, "comment": "npg:BBBB words", "expr": [{"counter": {"packets": 3, "bytes": 180}}, {"return": null}]}},
-            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-npg-PREROUTING", "handle": 7, "expr": [{"accept": null}]}},
-            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-PREROUTING", "handle": 5, "comment": "npg:AAAA hook", "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"jump": {"target": "mangle-npg-PREROUTING"}}]}}
-        ]}"#).expect("json");
+        let listing = "table ip nodeport_guard { # handle 3
+\tset npg4-n-abc { # handle 1
+\t\ttype ipv4_addr
+\t\tflags interval
+\t\telements = { 192.0.2.0/24, 198.51.100.1,
+\t\t\t     198.51.100.5-198.51.100.9 }
+\t}
+
+\tset npg4-p-abc { # handle 2
+\t\ttype ipv4_addr . inet_proto . inet_service
+\t\telements = { 192.0.2.1 . tcp . 8080 }
+\t}
+
+\tset npg4-empty { # handle 8
+\t\ttype ipv4_addr
+\t\tflags interval
+\t}
+
+\tchain mangle-npg-PREROUTING { # handle 3
+\t\tcounter packets 3 bytes 180 return comment \"npg:BBBB words\" # handle 6
+\t\taccept # handle 7
+\t}
+
+\tchain mangle-npg-empty { # handle 9
+\t}
+
+\tchain mangle-PREROUTING { # handle 4
+\t\ttype filter hook prerouting priority -151; policy accept;
+\t\tcounter packets 0 bytes 0 jump mangle-npg-PREROUTING comment \"npg:AAAA hook\" # handle 5
+\t}
+
+\tchain filter-INPUT { # handle 10
+\t\ttype filter hook input priority -1; policy accept;
+\t}
+}
+";
         let mut state = State::default();
-        parse_table(&json, IpFamily::V4, &mut state);
+        parse_listing(listing, IpFamily::V4, &mut state);
         let key = TableKey {
             family: IpFamily::V4,
             table: Table::Mangle,
@@ -619,7 +604,22 @@ mod tests {
                 bytes: 180
             })
         );
-        assert_eq!(rules[1].hash, None);
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[1].hash, None, "a rule without our comment is foreign");
+        assert!(
+            rules[1]
+                .text
+                .contains("not written by nodeport-guard: accept")
+        );
+        assert_eq!(
+            table.chains["npg-empty"],
+            vec![],
+            "an empty chain of ours is listed"
+        );
+        assert!(
+            !table.chains.contains_key("PREROUTING"),
+            "a base chain is a hook"
+        );
         let hook = &table.hooks["PREROUTING"][0];
         let expected = crate::render::iptables::rule_hash(
             Table::Mangle,
@@ -627,13 +627,32 @@ mod tests {
             &hook_identity("prerouting", -151, "accept", "mangle-npg-PREROUTING"),
         );
         assert_eq!(hook.rule.hash.as_deref(), Some(expected.as_str()));
+        assert_eq!(hook.rule.counters, Some(Counters::default()));
+        // A base chain of ours without its jump is still listed, as a hook that is wrong.
+        let filter = &state.tables[&TableKey {
+            family: IpFamily::V4,
+            table: Table::Filter,
+        }];
+        assert_eq!(filter.hooks["INPUT"].len(), 1);
+        assert_eq!(filter.hooks["INPUT"][0].rule.hash, None);
         assert_eq!(state.sets["npg4-n-abc"].kind, "ipv4_addr,interval");
-        assert!(state.sets["npg4-n-abc"].members.contains("192.0.2.0/24"));
-        assert!(
-            state.sets["npg4-p-abc"]
-                .members
-                .contains("192.0.2.1 . tcp . 8080")
+        assert_eq!(
+            state.sets["npg4-n-abc"].members,
+            BTreeSet::from(
+                ["192.0.2.0/24", "198.51.100.1", "198.51.100.5-198.51.100.9"].map(String::from)
+            ),
+            "elements spread over lines, single addresses and ranges"
         );
+        assert_eq!(
+            state.sets["npg4-p-abc"].kind,
+            "ipv4_addr . inet_proto . inet_service"
+        );
+        assert_eq!(
+            state.sets["npg4-p-abc"].members,
+            BTreeSet::from(["192.0.2.1 . tcp . 8080".to_owned()])
+        );
+        assert!(state.sets["npg4-empty"].members.is_empty());
+        assert_eq!(state.sets.len(), 3);
     }
 
     /// Observed rules carry the command that creates them again (a rollback writes them
@@ -668,14 +687,12 @@ mod tests {
         );
         assert_eq!(texts.len(), 3);
 
-        let json: Value = serde_json::from_str(r#"{"nftables": [
-            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-npg-x", "handle": 2}},
-            {"chain": {"family": "ip", "table": "nodeport_guard", "name": "mangle-PREROUTING", "handle": 3, "type": "filter", "hook": "prerouting", "prio": -151, "policy": "accept"}},
-            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-npg-x", "handle": 5, "comment": "npg:BBB policy x ingress rule 0", "expr": [{"counter": {"packets": 3, "bytes": 180}}]}},
-            {"rule": {"family": "ip", "table": "nodeport_guard", "chain": "mangle-PREROUTING", "handle": 4, "comment": "npg:AAA nodeport-guard hook", "expr": [{"counter": {"packets": 9, "bytes": 900}}, {"jump": {"target": "mangle-npg-x"}}]}}
-        ]}"#).expect("json");
         let mut state = State::default();
-        parse_table_with_texts(&json, IpFamily::V4, &texts, &mut state);
+        parse_listing(
+            &listing.replace("mangle - 1", "-151"),
+            IpFamily::V4,
+            &mut state,
+        );
         let table = &state.tables[&TableKey {
             family: IpFamily::V4,
             table: Table::Mangle,
