@@ -438,6 +438,7 @@ fn record_pending(
         deadline: now_seconds() + seconds,
         watcher_pid: None,
         previous,
+        previous_index: state_dir.applied().ok().flatten(),
     };
     state_dir.set_pending(&pending)?;
     Ok(pending)
@@ -526,12 +527,45 @@ pub fn rollback_watch(state_dir: &Path, id: &str) -> Result<ExitCode> {
             }
         }
     });
+    // A rollback is the promise of `--confirm-timeout`: a failure that may pass (another
+    // program holding the lock or writing the same tables) is tried again before it is given up
+    // and recorded where `confirm` and `status` show it.
+    let mut last_error = None;
+    for attempt in 1..=ROLLBACK_ATTEMPTS {
+        match roll_back(&state_dir, id) {
+            Ok(()) => return Ok(ExitCode::SUCCESS),
+            Err(error) => {
+                last_error = Some(error);
+                if attempt < ROLLBACK_ATTEMPTS {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+    let error = last_error.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
+    let _ = state_dir.clear_pending();
+    state_dir.set_last_rollback(&RollbackRecord {
+        id: id.to_owned(),
+        at: now_seconds(),
+        outcome: format!(
+            "was not confirmed in time; rolling it back failed {ROLLBACK_ATTEMPTS} times: {error:#}"
+        ),
+    })?;
+    Err(error)
+}
+
+/// How often the rollback watcher tries to put the previous rules back.
+const ROLLBACK_ATTEMPTS: u32 = 5;
+
+/// One attempt of the rollback watcher: under the lock, puts back the rules from before the
+/// pending apply `id`, unless it was confirmed (or replaced) meanwhile.
+fn roll_back(state_dir: &StateDir, id: &str) -> Result<()> {
     let _lock = state_dir.lock("nodeport-guard rollback", true)?;
     let Some(pending) = state_dir.pending()? else {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     };
     if pending.id != id {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     let runner = SystemRunner;
     let dataplane = Dataplane {
@@ -540,17 +574,21 @@ pub fn rollback_watch(state_dir: &Path, id: &str) -> Result<ExitCode> {
         families: pending.families.clone(),
         state_dir: state_dir.path().to_path_buf(),
     };
-    let outcome = match reconcile::restore(&dataplane, &pending.previous) {
-        Ok(()) => "was not confirmed in time and was rolled back".to_owned(),
-        Err(error) => format!("was not confirmed in time; rolling it back failed: {error}"),
-    };
+    reconcile::restore(&dataplane, &pending.previous)?;
+    // `status` names the counters of the rules that are back, not of the ones that went.
+    match &pending.previous_index {
+        Some(index) => record_applied(state_dir, index),
+        None => {
+            let _ = state_dir.clear_applied();
+        }
+    }
     state_dir.clear_pending()?;
     state_dir.set_last_rollback(&RollbackRecord {
         id: id.to_owned(),
         at: now_seconds(),
-        outcome,
+        outcome: "was not confirmed in time and was rolled back".to_owned(),
     })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `cleanup`.

@@ -600,6 +600,43 @@ fn watcher_pid(guard: &Guard<'_>) -> u32 {
         .unwrap_or_else(|| panic!("no watcher pid in {text}"))
 }
 
+/// The confirm window of the `--confirm-timeout` tests, in seconds: the deadline counts in
+/// whole seconds, so the window is between 3 and 4 s, long enough for the checks a test makes
+/// before it (probes, `status`, a refused apply) on a loaded machine.
+const CONFIRM_WINDOW: &str = "4";
+
+/// The files of the guard's state directory and whether the rollback watcher still runs, for
+/// a failure message.
+fn state_dir_report(guard: &Guard<'_>) -> String {
+    let mut report = String::new();
+    let Ok(entries) = std::fs::read_dir(guard.state_dir()) else {
+        return "(cannot be read)".to_owned();
+    };
+    for entry in entries.flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let text: String = text.chars().take(600).collect();
+        report.push_str(&format!(
+            "{}: {text}\n",
+            entry.file_name().to_string_lossy()
+        ));
+        if let Some(pid) = text
+            .split("\"watcher_pid\":")
+            .nth(1)
+            .and_then(|rest| {
+                rest.trim_start()
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+            })
+            .and_then(|pid| pid.parse::<u32>().ok())
+        {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let stack = std::fs::read_to_string(format!("/proc/{pid}/stack")).unwrap_or_default();
+            report.push_str(&format!("watcher {pid}: {stat}\n{stack}\n"));
+        }
+    }
+    report
+}
+
 fn process_gone(pid: u32) -> bool {
     // A zombie (exited, not yet reaped) counts as gone.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -611,7 +648,7 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
-/// `apply --confirm-timeout 2` without `confirm`: the new rules (B) are
+/// `apply --confirm-timeout 4` without `confirm`: the new rules (B) are
 /// in force at once, `status` says a confirmation is pending and a second
 /// apply is refused meanwhile; after the apply process has exited, the
 /// kernel returns by itself to exactly the previous rules (A) within a
@@ -633,7 +670,7 @@ fn unconfirmed_apply_rolls_back_to_the_previous_rules(backend: Backend) {
     let a = guard.snapshot().canonical();
     guard.write_policy("policy.yaml", &policy_b());
     let started = Instant::now();
-    let out = guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
+    let out = guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
     assert_contains(
         &out.stderr,
         "nodeport-guard confirm",
@@ -659,9 +696,10 @@ fn unconfirmed_apply_rolls_back_to_the_previous_rules(backend: Backend) {
         support::wait_until(SETTLE_TIMEOUT, POLL, || guard.snapshot().canonical() == a);
     assert!(
         rolled_back,
-        "not rolled back {:?} after the apply:\n{}",
+        "not rolled back {:?} after the apply:\n{}\nstate directory:\n{}",
         started.elapsed(),
-        a.diff(&guard.snapshot().canonical())
+        a.diff(&guard.snapshot().canonical()),
+        state_dir_report(&guard)
     );
     assert!(
         started.elapsed() >= Duration::from_secs(1),
@@ -672,10 +710,22 @@ fn unconfirmed_apply_rolls_back_to_the_previous_rules(backend: Backend) {
 
     let out = guard.run_expect(&["confirm"], 1);
     assert_contains(&out.stderr, "rolled back", "confirm after the rollback");
+    // `status` names the rules that are back.
+    let status = guard.run_expect(&["status"], 0);
+    assert_contains(
+        &status.stdout,
+        "guard-nodeport",
+        "status after the rollback",
+    );
+    assert!(
+        !status.stdout.contains("guard-host-service"),
+        "status after the rollback names the rules that went:\n{}",
+        status.stdout
+    );
 }
 backend_tests!(unconfirmed_apply_rolls_back_to_the_previous_rules);
 
-/// `apply --confirm-timeout 2` followed by `confirm` in time: `confirm`
+/// `apply --confirm-timeout 4` followed by `confirm` in time: `confirm`
 /// exits 0, the rollback watcher is gone, and the new rules (B) are still
 /// in force, in rules and behaviour, well past the deadline.
 fn confirmed_apply_keeps_the_new_rules_past_the_deadline(backend: Backend) {
@@ -684,8 +734,9 @@ fn confirmed_apply_keeps_the_new_rules_past_the_deadline(backend: Backend) {
     guard.write_policy("policy.yaml", &policy_a());
     guard.apply();
     guard.write_policy("policy.yaml", &policy_b());
-    guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
-    let deadline = Instant::now() + Duration::from_secs(2);
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
+    let deadline =
+        Instant::now() + Duration::from_secs(CONFIRM_WINDOW.parse().expect("a number of seconds"));
     let b = guard.snapshot().canonical();
     let watcher = watcher_pid(&guard);
 
@@ -807,7 +858,7 @@ fn saved_plan_is_refused_as_stale_when_the_policies_changed(backend: Backend) {
 backend_tests!(saved_plan_is_refused_as_stale_when_the_policies_changed);
 
 /// With the native nftables backend an unconfirmed `apply
-/// --confirm-timeout 2` rolls back as well: the new rules (B) are in force
+/// --confirm-timeout 4` rolls back as well: the new rules (B) are in force
 /// at once, and then the kernel returns by itself to exactly the previous
 /// tables (A), in rules and in behaviour; `confirm` then says the apply was
 /// rolled back.
@@ -820,7 +871,7 @@ fn unconfirmed_apply_rolls_back_with_native_nftables() {
     guard.apply();
     let a = nft_tables(&lab);
     guard.write_policy("policy.yaml", &policy_b());
-    guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
     assert_ne!(nft_tables(&lab), a, "B must differ from A");
     behaves_like_b(&lab, "before the deadline");
 

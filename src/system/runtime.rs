@@ -101,7 +101,12 @@ impl StateDir {
         } else {
             FlockArg::LockExclusiveNonblock
         };
-        let mut lock = match Flock::lock(file, arg) {
+        let mut attempt = Flock::lock(file, arg);
+        // A signal may interrupt the wait; that is not someone else holding the lock.
+        while let Err((file, nix::errno::Errno::EINTR)) = attempt {
+            attempt = Flock::lock(file, arg);
+        }
+        let mut lock = match attempt {
             Ok(lock) => lock,
             Err((mut file, _)) => {
                 let mut holder = String::new();
@@ -180,6 +185,11 @@ impl StateDir {
         self.read_json("applied.json")
     }
 
+    /// Forgets the index of the applied rules (the rules it named are gone).
+    pub fn clear_applied(&self) -> Result<()> {
+        self.remove("applied.json")
+    }
+
     /// Records the index of the rules just applied.
     pub fn set_applied(&self, index: &AppliedIndex) -> Result<()> {
         self.write_json("applied.json", index)
@@ -211,6 +221,9 @@ pub struct PendingApply {
     pub watcher_pid: Option<u32>,
     /// What the kernel held before: restored on rollback.
     pub previous: State,
+    /// The index of the rules applied before (for `status`): restored on rollback.
+    #[serde(default)]
+    pub previous_index: Option<AppliedIndex>,
 }
 
 /// What became of an unconfirmed apply.
