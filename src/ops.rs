@@ -702,12 +702,14 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
     let rows = rule_counters(&observed, &index);
     let daemon = state_dir.daemon_status()?;
     let pending = state_dir.pending()?;
+    let last_rollback = state_dir.last_rollback().ok().flatten();
     if json {
         let value = serde_json::json!({
             "backend": backend,
             "rules": rows,
             "daemon": daemon,
             "pendingConfirmation": pending.map(|p| serde_json::json!({"id": p.id, "deadline": p.deadline})),
+            "lastRollback": last_rollback,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -743,6 +745,14 @@ pub fn status_command(settings: &Settings, json: bool) -> Result<ExitCode> {
             stdout,
             "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
             pending.deadline.saturating_sub(now_seconds())
+        )?;
+    }
+    // A rollback that failed left rules in place that nobody confirmed: say so until the next.
+    if let Some(record) = last_rollback.filter(|record| record.outcome.contains("failed")) {
+        writeln!(
+            stdout,
+            "\nThe last unconfirmed apply ({}) {}.",
+            record.id, record.outcome
         )?;
     }
     if let Some(daemon) = daemon {
