@@ -460,6 +460,51 @@ fn restore_failing_half_way_leaves_the_previous_rules(backend: Backend) {
 }
 iptables_backends!(restore_failing_half_way_leaves_the_previous_rules);
 
+/// The rollback watcher's first restore failing (as when another program holds the tables for
+/// a moment) does not lose the rollback: it tries again, the kernel goes back to exactly the
+/// previous rules and sets, and `confirm` says the apply was rolled back.
+fn rollback_watcher_tries_again_after_a_failed_restore(backend: Backend) {
+    let lab = Lab::new(backend);
+    let wrappers = Wrappers::new();
+    wrappers.wrap_restores();
+    let guard = Guard::new(&lab).with_env("PATH", &wrappers.path_env());
+    // A's sets are destroyed by B and created again by the rollback, with a new random hash
+    // seed (`initval`): compare everything but that.
+    let now = || {
+        let mut snapshot = guard.snapshot().canonical();
+        snapshot.sets = snapshot
+            .sets
+            .lines()
+            .map(|line| format!("{}\n", line.split(" initval ").next().unwrap_or(line)))
+            .collect();
+        snapshot
+    };
+    guard.write_policy("policy.yaml", &version_a());
+    guard.apply();
+    let a = now();
+    guard.write_policy("policy.yaml", &version_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
+    assert!(now() != a, "B must differ from A");
+    // The watcher sleeps until the deadline; the first restore it runs then fails.
+    wrappers.arm(Breakage::Before, 1);
+
+    let rolled_back = wait_until(Duration::from_secs(15), POLL, || now() == a);
+    assert!(
+        rolled_back,
+        "not rolled back after a failed first attempt:\n{}\ncalls:\n{}",
+        a.diff(&now()),
+        wrappers.calls()
+    );
+    assert!(
+        wrappers.calls().contains("-> broken"),
+        "the watcher's first restore was not the broken one:\n{}",
+        wrappers.calls()
+    );
+    let out = guard.run_expect(&["confirm"], 1);
+    assert_contains(&out.stderr, "was rolled back", "confirm after the rollback");
+}
+iptables_backends!(rollback_watcher_tries_again_after_a_failed_restore);
+
 /// `ipset restore` failing: half-way through creating and updating the new
 /// sets (ipset is not transactional, so half the commands took effect), and
 /// on the final destroy of the old sets (after the tables were switched).
