@@ -16,18 +16,68 @@ ensure_packages() {
     fi
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    echo "==> installing ${missing[*]}" >&2
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    install_packages "${missing[@]}"
   fi
+}
+
+# Installs Debian packages.
+install_packages() {
+  echo "==> installing $*" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # The kernel tools the tests and the demo drive.
 KERNEL_TOOLS=(iptables:iptables iptables-legacy:iptables ipset:ipset nft:nftables conntrack:conntrack ip:iproute2 tcpdump:tcpdump)
 
-require_cargo() {
-  if ! command -v cargo >/dev/null 2>&1; then
-    echo "error: cargo is not installed; install a Rust toolchain (1.89 or newer) with rustup first" >&2
+# The Rust version Cargo.toml asks for.
+RUST_MIN_VERSION=1.89
+
+# Makes `cargo` (with clippy and rustfmt) available: the one on PATH or in ~/.cargo when it is
+# recent enough, else a toolchain installed with rustup (rustup-init from static.rust-lang.org),
+# with the C compiler and libc headers that linking needs.
+ensure_rust() {
+  ensure_packages cc:gcc curl:curl
+  # gcc only recommends the libc headers; without them nothing links.
+  if ! dpkg -s libc6-dev >/dev/null 2>&1; then
+    install_packages libc6-dev
+  fi
+  if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    . "$HOME/.cargo/env"
+  fi
+  if ! command -v cargo >/dev/null 2>&1 || ! rust_is_recent; then
+    if ! command -v rustup >/dev/null 2>&1; then
+      echo "==> installing a Rust toolchain with rustup (into ~/.cargo and ~/.rustup)" >&2
+      ensure_packages update-ca-certificates:ca-certificates
+      local dir init
+      dir=$(mktemp -d)
+      # rustup-init tells what to do from the name it is run by.
+      init=$dir/rustup-init
+      curl --proto '=https' --tlsv1.2 -sSf -o "$init" \
+        "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
+      chmod +x "$init"
+      "$init" -y --no-modify-path --profile minimal --default-toolchain stable \
+        --component clippy,rustfmt >&2
+      rm -rf "$dir"
+      . "$HOME/.cargo/env"
+    else
+      # Too old a default toolchain: use a current one for this run only.
+      rustup toolchain install stable --profile minimal --component clippy,rustfmt >&2
+      export RUSTUP_TOOLCHAIN=stable
+    fi
+  fi
+  if command -v rustup >/dev/null 2>&1; then
+    rustup component add clippy rustfmt >/dev/null 2>&1 || true
+  fi
+  if ! rust_is_recent; then
+    echo "error: Rust $RUST_MIN_VERSION or newer is needed; found $(rustc --version 2>/dev/null || echo none)" >&2
     exit 1
   fi
+}
+
+# Whether rustc is at least RUST_MIN_VERSION.
+rust_is_recent() {
+  local version
+  version=$(rustc --version 2>/dev/null | awk '{print $2}') || return 1
+  [ -n "$version" ] && [ "$(printf '%s\n%s\n' "$RUST_MIN_VERSION" "$version" | sort -V | head -n1)" = "$RUST_MIN_VERSION" ]
 }
