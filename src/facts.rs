@@ -6,6 +6,8 @@ use std::net::IpAddr;
 
 use regex::Regex;
 
+use crate::model::IpFamily;
+
 /// One network interface and its addresses.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Interface {
@@ -37,6 +39,14 @@ impl HostFacts {
             ipv6: true,
             ipv6_off_reason: None,
         }
+    }
+
+    /// The families programmed on this host: IPv4, and IPv6 unless it is off.
+    pub fn families(&self) -> Vec<IpFamily> {
+        IpFamily::BOTH
+            .into_iter()
+            .filter(|family| *family == IpFamily::V4 || self.ipv6)
+            .collect()
     }
 
     /// The host's own addresses: every address of every interface whose name does not match

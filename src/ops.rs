@@ -124,15 +124,6 @@ fn prepare_for(settings: &Settings, backend: Backend, facts: &HostFacts) -> Opti
     })
 }
 
-/// The families a host's ruleset programs (compiling gives the same list).
-fn families_of(facts: &HostFacts) -> Vec<IpFamily> {
-    if facts.ipv6 {
-        IpFamily::BOTH.to_vec()
-    } else {
-        vec![IpFamily::V4]
-    }
-}
-
 /// The backend to use. When it cannot be told, the policies are checked first: broken policy
 /// files are what the operator must see first (`Ok(None)` after their diagnostics), and only
 /// valid ones let the backend's error through.
@@ -177,7 +168,7 @@ fn prepare_observing(
     let dataplane = Dataplane {
         backend,
         runner,
-        families: families_of(&facts),
+        families: facts.families(),
         state_dir: settings.state_dir.clone(),
     };
     Ok(std::thread::scope(|scope| {

@@ -396,10 +396,7 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     default_deny_warnings(&bindings, config, &mut warnings);
 
     let mut families = Vec::new();
-    for family in IpFamily::BOTH {
-        if family == IpFamily::V6 && !host.ipv6 {
-            continue;
-        }
+    for family in host.families() {
         let mut sets = SetRegistry::new(family, model);
         let tables = compiler.compile_family(family, &bindings, &mut sets);
         for selector in &sets.empty_selectors {

@@ -464,12 +464,7 @@ impl Daemon {
             let compiled = compile::compile(&good.model, &self.settings.config, facts);
             desired_state(&compiled.ruleset, self.backend)
         };
-        let families: Vec<IpFamily> = if facts.ipv6 {
-            IpFamily::BOTH.to_vec()
-        } else {
-            vec![IpFamily::V4]
-        };
-        let dataplane = self.dataplane(families);
+        let dataplane = self.dataplane(facts.families());
         match reconcile::reconcile(&dataplane, &desired) {
             Ok(outcome) if !outcome.plan.is_empty() => {
                 if let Ok(mut metrics) = self.metrics.lock() {

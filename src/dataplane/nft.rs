@@ -1,7 +1,7 @@
 //! The native nftables backend: reads our tables with `nft -y -a list table`, writes every change
 //! as one `nft -f` transaction (sets, chains and hooks of both families together).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::{Dataplane, DataplaneError, run_checked};
@@ -72,43 +72,6 @@ fn observe_families(
     Ok(state)
 }
 
-/// The rules of an `nft -a list table` listing by handle, each as the `add rule` command that
-/// creates it again, with its counter values left out (they are not part of the rule, and a
-/// text that changed with traffic would look like a different state).
-pub fn rule_texts(listing: &str) -> BTreeMap<u64, String> {
-    let mut texts = BTreeMap::new();
-    let mut table = String::new();
-    let mut chain: Option<String> = None;
-    for line in listing.lines() {
-        let trimmed = line.trim();
-        if let Some(rest) = trimmed.strip_prefix("table ") {
-            // `table ip nodeport_guard { # handle 1`
-            table = rest.split(" {").next().unwrap_or_default().to_owned();
-            continue;
-        }
-        if let Some(rest) = trimmed.strip_prefix("chain ") {
-            chain = rest.split_whitespace().next().map(str::to_owned);
-            continue;
-        }
-        if trimmed.starts_with("set ") || trimmed == "}" {
-            chain = None;
-            continue;
-        }
-        let (Some(chain), Some((body, handle))) = (&chain, trimmed.rsplit_once(" # handle "))
-        else {
-            continue;
-        };
-        let Ok(handle) = handle.trim().parse::<u64>() else {
-            continue;
-        };
-        texts.insert(
-            handle,
-            format!("add rule {table} {chain} {}", without_counter_values(body)),
-        );
-    }
-    texts
-}
-
 /// `counter packets 3 bytes 180 …` → `counter …`.
 fn without_counter_values(body: &str) -> String {
     let words: Vec<&str> = body.split(' ').collect();
@@ -166,7 +129,6 @@ type BaseChain<'a> = (&'a str, &'a str, i64, &'a str);
 /// base chains of ours the commands that declare them and their jump, so an observed state
 /// can be written back. Pure.
 pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
-    let texts = rule_texts(listing);
     let mut base_chains: Vec<BaseChain<'_>> = Vec::new();
     let mut rules: Vec<ListedRule<'_>> = Vec::new();
     let mut chains: Vec<&str> = Vec::new();
@@ -319,12 +281,18 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
         }
         let (table, ours) = split_chain(rule.chain);
         let hash = hash_of_comment(rule.comment);
-        let text = match (&hash, texts.get(&rule.handle)) {
-            (Some(_), Some(text)) => text.clone(),
-            _ => format!(
-                "rule {}, not written by nodeport-guard: {}",
-                rule.handle,
-                without_counter_values(rule.body)
+        // Ours: the command that creates it again, without its counter values (they are not
+        // part of the rule, and a text that changed with traffic would look like another state).
+        let body = without_counter_values(rule.body);
+        let text = match &hash {
+            Some(_) => format!(
+                "add rule {} {TABLE} {} {body}",
+                family_name(family),
+                rule.chain
+            ),
+            None => format!(
+                "rule {}, not written by nodeport-guard: {body}",
+                rule.handle
             ),
         };
         table_state(state, family, table)
@@ -676,17 +644,6 @@ mod tests {
 \t}
 }
 ";
-        let texts = rule_texts(listing);
-        assert_eq!(
-            texts[&5],
-            "add rule ip nodeport_guard mangle-npg-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
-        );
-        assert_eq!(
-            texts[&7],
-            "add rule ip nodeport_guard mangle-npg-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
-        );
-        assert_eq!(texts.len(), 3);
-
         let mut state = State::default();
         parse_listing(
             &listing.replace("mangle - 1", "-151"),
@@ -697,7 +654,16 @@ mod tests {
             family: IpFamily::V4,
             table: Table::Mangle,
         }];
-        assert_eq!(table.chains["npg-x"][0].text, texts[&5]);
+        let rules = &table.chains["npg-x"];
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            rules[0].text,
+            "add rule ip nodeport_guard mangle-npg-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
+        );
+        assert_eq!(
+            rules[1].text,
+            "add rule ip nodeport_guard mangle-npg-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
+        );
         assert_eq!(
             table.hooks["PREROUTING"][0].rule.text,
             "add chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
