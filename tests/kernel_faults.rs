@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::guard::{Guard, Snapshot, nft_tables, sa};
-use support::{Backend, Lab, addr, cmd, ports, replies, wait_until};
+use support::guard::{Guard, Snapshot, backend_tests, nft_tables, sa};
+use support::{Backend, Lab, addr, assert_contains, cmd, ports, replies, wait_until};
 
 /// How long to wait for a daemon to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,25 +48,6 @@ macro_rules! all_backends {
             fn nftables() {
                 $crate::support::require_kernel!();
                 super::$name($crate::support::Backend::Nft, true);
-            }
-        }
-    };
-}
-
-/// Turns `fn name(backend: Backend)` into `name::legacy` and `name::nft`.
-macro_rules! iptables_backends {
-    ($name:ident) => {
-        mod $name {
-            #[test]
-            fn legacy() {
-                $crate::support::require_kernel!();
-                super::$name($crate::support::Backend::Legacy);
-            }
-
-            #[test]
-            fn nft() {
-                $crate::support::require_kernel!();
-                super::$name($crate::support::Backend::Nft);
             }
         }
     };
@@ -380,14 +361,6 @@ exit $rc
 // A failing write.
 // ---------------------------------------------------------------------------
 
-#[track_caller]
-fn assert_contains(haystack: &str, needle: &str, what: &str) {
-    assert!(
-        haystack.contains(needle),
-        "{what} should contain {needle:?}:\n{haystack}"
-    );
-}
-
 /// Applies version A, then version B with the `n`-th write broken as
 /// `breakage`: `apply` exits 1, names the failing command and its stderr,
 /// says the previous rules were restored, and the kernel holds exactly
@@ -458,7 +431,10 @@ fn restore_failing_half_way_leaves_the_previous_rules(backend: Backend) {
     let program = program.trim_start_matches("ip6").trim_start_matches("ip");
     failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, program);
 }
-iptables_backends!(restore_failing_half_way_leaves_the_previous_rules);
+backend_tests!(
+    restore_failing_half_way_leaves_the_previous_rules,
+    iptables_only
+);
 
 /// The rollback watcher's first restore failing (as when another program holds the tables for
 /// a moment) does not lose the rollback: it tries again, the kernel goes back to exactly the
@@ -484,9 +460,9 @@ fn rollback_watcher_tries_again_after_a_failed_restore(backend: Backend) {
     let a = now();
     guard.write_policy("policy.yaml", &version_b());
     guard.run_expect(&["apply", "--yes", "--confirm-timeout", "2"], 0);
-    assert!(now() != a, "B must differ from A");
     // The watcher sleeps until the deadline; the first restore it runs then fails.
     wrappers.arm(Breakage::Before, 1);
+    assert!(now() != a, "B must differ from A");
 
     let rolled_back = wait_until(Duration::from_secs(15), POLL, || now() == a);
     assert!(
@@ -503,7 +479,10 @@ fn rollback_watcher_tries_again_after_a_failed_restore(backend: Backend) {
     let out = guard.run_expect(&["confirm"], 1);
     assert_contains(&out.stderr, "was rolled back", "confirm after the rollback");
 }
-iptables_backends!(rollback_watcher_tries_again_after_a_failed_restore);
+backend_tests!(
+    rollback_watcher_tries_again_after_a_failed_restore,
+    iptables_only
+);
 
 /// `ipset restore` failing: half-way through creating and updating the new
 /// sets (ipset is not transactional, so half the commands took effect), and
@@ -526,7 +505,10 @@ fn ipset_failing_leaves_the_previous_rules_and_sets(backend: Backend) {
     );
     failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, "ipset");
 }
-iptables_backends!(ipset_failing_leaves_the_previous_rules_and_sets);
+backend_tests!(
+    ipset_failing_leaves_the_previous_rules_and_sets,
+    iptables_only
+);
 
 /// `nft -f` failing with the native nftables backend: when it refuses the
 /// transaction, and when it reports failure although the transaction went
@@ -776,7 +758,10 @@ fn daemon_keeps_the_last_good_rules_on_invalid_or_empty_input(backend: Backend) 
         "apply of an empty directory removes everything"
     );
 }
-iptables_backends!(daemon_keeps_the_last_good_rules_on_invalid_or_empty_input);
+backend_tests!(
+    daemon_keeps_the_last_good_rules_on_invalid_or_empty_input,
+    iptables_only
+);
 
 // ---------------------------------------------------------------------------
 // The xtables lock.
@@ -976,7 +961,10 @@ fn sets_in_use_are_updated_in_place_under_traffic(backend: Backend) {
         "members were updated in place:\n{inputs}"
     );
 }
-iptables_backends!(sets_in_use_are_updated_in_place_under_traffic);
+backend_tests!(
+    sets_in_use_are_updated_in_place_under_traffic,
+    iptables_only
+);
 
 // ---------------------------------------------------------------------------
 // A state directory that cannot be written.

@@ -11,7 +11,7 @@ use support::guard::{
     Guard, POLL, SETTLE_TIMEOUT, assert_same_state, backend_tests, check_reachability, dropped,
     iptables, nft_tables, open, sa,
 };
-use support::{Backend, Family, Lab, addr, ports, replies};
+use support::{Backend, Family, Lab, addr, assert_contains, ports, replies};
 
 /// A pre-DNAT whitelist named `name`: 198.51.100.10 and .12 may reach TCP
 /// `port`, everyone else is dropped there.
@@ -116,14 +116,6 @@ fn mangle_chain(guard: &Guard<'_>, prefix: &str) -> String {
         .into_iter()
         .next()
         .unwrap_or_else(|| panic!("no mangle chain {prefix}* in\n{snapshot:?}"))
-}
-
-#[track_caller]
-fn assert_contains(haystack: &str, needle: &str, what: &str) {
-    assert!(
-        haystack.contains(needle),
-        "{what}: expected {needle:?} in:\n{haystack}"
-    );
 }
 
 /// `plan --detailed-exitcode` exits 2 while the kernel lacks the policy

@@ -253,6 +253,15 @@ macro_rules! require_kernel {
 }
 pub(crate) use require_kernel;
 
+/// Asserts that `haystack` contains `needle`; `what` names it in the failure message.
+#[track_caller]
+pub fn assert_contains(haystack: &str, needle: &str, what: &str) {
+    assert!(
+        haystack.contains(needle),
+        "{what}: expected {needle:?} in:\n{haystack}"
+    );
+}
+
 /// Polls `condition` every `poll_interval` until it returns `true` (→ `true`)
 /// or `timeout` has passed (→ `false`). The condition is always checked once
 /// more at the deadline, so a slow poll cannot make a test miss the state it
