@@ -1,12 +1,10 @@
-//! The command line: what users type, parsed by clap. `app` does the work.
+//! The command line: what users type, parsed by clap (in `main`); `commands` does the work.
 //!
 //! The same definition generates the man page and shell completions (`nodeport-guard
 //! generate`), so they can never disagree with the binary.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 
 use crate::config::BackendChoice;
 
@@ -190,21 +188,4 @@ pub enum GenerateWhat {
     Man,
     /// bash, zsh and fish completions
     Completions,
-}
-
-/// Parses the command line and runs the command. Usage errors exit 1 like every other error
-/// (`--help` and `--version` exit 0).
-pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(error) => {
-            let _ = error.print();
-            return if error.use_stderr() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    crate::app::main(cli)
 }

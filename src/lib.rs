@@ -8,10 +8,11 @@
 //! kernel ──observe──▶ Observed ──plan(desired, observed)──▶ Plan ──apply──▶ kernel
 //! ```
 
-pub mod app;
 pub mod cli;
+pub mod commands;
 pub mod compile;
 pub mod config;
+pub mod counters;
 pub mod daemon;
 pub mod dataplane;
 pub mod diagnostic;
@@ -20,13 +21,14 @@ pub mod load;
 pub mod marks;
 pub mod model;
 pub mod observe;
-pub mod ops;
 pub mod plan;
+pub mod policy_set;
 pub mod reconcile;
 pub mod render;
 pub mod ruleset;
 pub mod schema;
 pub mod selector;
+pub mod settings;
 pub mod source;
 pub mod spec;
 pub mod state;

@@ -1,5 +1,25 @@
-//! The `nodeport-guard` binary: a thin shell around the library's command line.
+//! The `nodeport-guard` binary: parses the command line and hands it to the commands, with the
+//! runner that executes the system's programs.
 
-fn main() -> std::process::ExitCode {
-    nodeport_guard::cli::main()
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser as _;
+use nodeport_guard::cli::Cli;
+use nodeport_guard::dataplane::SystemRunner;
+
+/// Usage errors exit 1 like every other error (`--help` and `--version` exit 0).
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    nodeport_guard::commands::run(&cli, Arc::new(SystemRunner))
 }

@@ -69,6 +69,11 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
+    /// The families this ruleset programs.
+    pub fn ip_families(&self) -> Vec<IpFamily> {
+        self.families.iter().map(|family| family.family).collect()
+    }
+
     /// The ruleset of one family, if it is programmed.
     pub fn family(&self, family: IpFamily) -> Option<&FamilyRuleset> {
         self.families.iter().find(|f| f.family == family)

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use nodeport_guard::app::load_policies;
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
 use nodeport_guard::facts::{HostFacts, Interface};
+use nodeport_guard::policy_set::load as load_policies;
 
 fn examples() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir("policies")

@@ -5,13 +5,13 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use nodeport_guard::app::load_policies;
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
 use nodeport_guard::facts::HostFacts;
 use nodeport_guard::load::parse_file;
 use nodeport_guard::observe::parse_iptables_save;
 use nodeport_guard::plan::plan;
+use nodeport_guard::policy_set::load as load_policies;
 use nodeport_guard::render::iptables::render_table;
 use nodeport_guard::ruleset::{Action, MAX_CHAIN_NAME, MAX_SET_NAME, Match, Ruleset};
 use nodeport_guard::selector::Selector;

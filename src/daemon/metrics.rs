@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use crate::ops::RuleStatus as RuleCounter;
+use crate::counters::RuleCounter;
 
 /// Everything the daemon reports.
 #[derive(Debug, Default)]

@@ -26,13 +26,14 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use crate::app::{PolicySet, Settings};
 use crate::compile;
-use crate::dataplane::{Backend, Dataplane, SystemRunner};
+use crate::counters::{self, RuleCounter};
+use crate::dataplane::{Backend, Dataplane, Runner};
 use crate::facts::HostFacts;
 use crate::model::{IpFamily, Model};
-use crate::ops::{desired_state, families, origin_index, resolve_backend};
+use crate::policy_set::{self, PolicySet};
 use crate::reconcile;
+use crate::settings::Settings;
 use crate::state::State;
 use crate::system::host::host_facts;
 use crate::system::runtime::{StateDir, now_seconds};
@@ -61,7 +62,7 @@ struct LastGood {
 struct Daemon {
     settings: Settings,
     backend: Backend,
-    runner: SystemRunner,
+    runner: Arc<dyn Runner>,
     state_dir: StateDir,
     metrics: metrics::Shared,
     last_good: Option<LastGood>,
@@ -77,7 +78,7 @@ struct Daemon {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
-pub fn run(settings: Settings) -> Result<ExitCode> {
+pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     let _lock = state_dir
         .lock("nodeport-guard run", false)
@@ -86,12 +87,15 @@ pub fn run(settings: Settings) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the event loop")?;
-    runtime.block_on(run_loop(settings, state_dir))
+    runtime.block_on(run_loop(settings, runner, state_dir))
 }
 
-async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
-    let runner = SystemRunner;
-    let backend = resolve_backend(settings.backend, &runner)?;
+async fn run_loop(
+    settings: Settings,
+    runner: Arc<dyn Runner>,
+    state_dir: StateDir,
+) -> Result<ExitCode> {
+    let backend = Backend::resolve(settings.backend, runner.as_ref());
     let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
     let (sender, mut events) = mpsc::unbounded_channel();
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
@@ -103,10 +107,11 @@ async fn run_loop(settings: Settings, state_dir: StateDir) -> Result<ExitCode> {
             .with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
         let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
         let counter_settings = settings.clone();
+        let counter_runner = runner.clone();
         tokio::spawn(metrics::serve(
             listener,
             metrics.clone(),
-            move || read_counters(&counter_settings, backend),
+            move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
             stale_after,
         ));
         tracing::info!(%address, "serving /metrics and /healthz");
@@ -208,29 +213,28 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn read_counters(settings: &Settings, backend: Backend) -> Vec<crate::ops::RuleStatus> {
-    let runner = SystemRunner;
-    let dataplane = Dataplane {
+fn read_counters(settings: &Settings, runner: &dyn Runner, backend: Backend) -> Vec<RuleCounter> {
+    let dataplane = Dataplane::new(
         backend,
-        runner: &runner,
-        families: IpFamily::BOTH.to_vec(),
-        state_dir: settings.state_dir.clone(),
-    };
+        runner,
+        IpFamily::BOTH.to_vec(),
+        &settings.state_dir,
+    );
     let state_dir = StateDir::new(&settings.state_dir);
     match (dataplane.observe(), state_dir.applied()) {
-        (Ok(observed), Ok(Some(index))) => crate::ops::rule_counters(&observed, &index),
+        (Ok(observed), Ok(Some(index))) => counters::rule_counters(&observed, &index),
         _ => Vec::new(),
     }
 }
 
 impl Daemon {
     fn dataplane(&self, families: Vec<IpFamily>) -> Dataplane<'_> {
-        Dataplane {
-            backend: self.backend,
-            runner: &self.runner,
+        Dataplane::new(
+            self.backend,
+            self.runner.as_ref(),
             families,
-            state_dir: self.settings.state_dir.clone(),
-        }
+            &self.settings.state_dir,
+        )
     }
 
     /// Reads the policy directory, as a policy set. A missing directory reads as an empty set
@@ -238,14 +242,9 @@ impl Daemon {
     /// then catches.
     fn read_policies(&mut self) -> PolicySet {
         if !self.settings.config.policies_dir.is_dir() {
-            return PolicySet {
-                sources: Default::default(),
-                model: Default::default(),
-                diagnostics: Vec::new(),
-                fingerprint: "missing".to_owned(),
-            };
+            return PolicySet::missing();
         }
-        crate::app::load_policies_cached(
+        policy_set::load_cached(
             std::slice::from_ref(&self.settings.config.policies_dir),
             self.settings.load,
             &mut self.parse_cache,
@@ -300,8 +299,8 @@ impl Daemon {
             return;
         }
         let compiled = compile::compile(&set.model, &self.settings.config, &facts);
-        let desired = desired_state(&compiled.ruleset, self.backend);
-        let dataplane = self.dataplane(families(&compiled.ruleset));
+        let desired = self.backend.desired(&compiled.ruleset);
+        let dataplane = self.dataplane(compiled.ruleset.ip_families());
         match reconcile::reconcile(&dataplane, &desired) {
             Ok(outcome) => {
                 let summary = outcome.summary();
@@ -353,9 +352,11 @@ impl Daemon {
                 for warning in &compiled.warnings {
                     tracing::debug!(warning = %warning.message, "plan note");
                 }
-                let recorded = self
-                    .state_dir
-                    .set_applied(&origin_index(&compiled.ruleset, self.backend));
+                let recorded = self.state_dir.set_applied(&counters::origin_index(
+                    &compiled.ruleset,
+                    self.backend,
+                    now_seconds(),
+                ));
                 self.state_dir_result(recorded);
                 self.summary = applied_summary(set.model.policies.len(), self.backend, changed);
                 self.last_good = Some(LastGood {
@@ -462,7 +463,7 @@ impl Daemon {
             good.desired.clone()
         } else {
             let compiled = compile::compile(&good.model, &self.settings.config, facts);
-            desired_state(&compiled.ruleset, self.backend)
+            self.backend.desired(&compiled.ruleset)
         };
         let dataplane = self.dataplane(facts.families());
         match reconcile::reconcile(&dataplane, &desired) {

@@ -15,8 +15,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use crate::config::BackendChoice;
 use crate::model::IpFamily;
 use crate::plan::Plan;
+use crate::ruleset::{Rule, Ruleset, Table};
 use crate::state::State;
 
 /// What a program printed and how it ended.
@@ -232,6 +234,52 @@ impl fmt::Display for Backend {
     }
 }
 
+impl Backend {
+    /// The backend to use: the one chosen, or the one the host uses when `auto`.
+    pub fn resolve(choice: BackendChoice, runner: &dyn Runner) -> Backend {
+        match choice {
+            BackendChoice::IptablesLegacy => Backend::IptablesLegacy,
+            BackendChoice::IptablesNft => Backend::IptablesNft,
+            BackendChoice::Nftables => Backend::Nftables,
+            BackendChoice::Auto => {
+                let (backend, reason) = detect::detect(runner);
+                tracing::info!(%backend, reason, "backend chosen");
+                backend
+            }
+        }
+    }
+
+    /// The whole ruleset in this backend's load syntax, as `render` prints it.
+    pub fn render(self, ruleset: &Ruleset) -> String {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                crate::render::render_iptables(ruleset)
+            }
+            Backend::Nftables => crate::render::nft::render_script(ruleset),
+        }
+    }
+
+    /// The state this backend writes for a ruleset.
+    pub fn desired(self, ruleset: &Ruleset) -> State {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                crate::state::desired_iptables(ruleset)
+            }
+            Backend::Nftables => crate::state::desired_nft(ruleset),
+        }
+    }
+
+    /// The identity hash this backend gives a rule of one of our chains.
+    pub fn rule_hash(self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                crate::render::iptables::render_rule(table, chain, rule, family).hash
+            }
+            Backend::Nftables => crate::render::nft::render_rule(table, chain, rule, family).hash,
+        }
+    }
+}
+
 /// A backend bound to a runner: reads and writes our part of the kernel.
 pub struct Dataplane<'r> {
     /// The backend.
@@ -244,6 +292,23 @@ pub struct Dataplane<'r> {
     /// Where the backend may remember what it created (iptables-nft: the base chains it made
     /// exist, so cleanup can remove them again).
     pub state_dir: PathBuf,
+}
+
+impl<'r> Dataplane<'r> {
+    /// A backend bound to a runner, programming `families`.
+    pub fn new(
+        backend: Backend,
+        runner: &'r dyn Runner,
+        families: Vec<IpFamily>,
+        state_dir: &std::path::Path,
+    ) -> Dataplane<'r> {
+        Dataplane {
+            backend,
+            runner,
+            families,
+            state_dir: state_dir.to_path_buf(),
+        }
+    }
 }
 
 impl Dataplane<'_> {

@@ -1,5 +1,6 @@
-//! The shell around the pure core: everything that reads the host, runs programs or touches
-//! files under `/run`. Nothing outside this module (and the daemon) does IO on the kernel.
+//! The shell around the pure core: everything that reads the host, starts processes or touches
+//! files under `/run`. Programs that read or write the kernel's rules run in `dataplane`.
 
 pub mod host;
 pub mod runtime;
+pub mod watcher;

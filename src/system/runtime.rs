@@ -9,9 +9,9 @@ use anyhow::{Context as _, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+pub use crate::counters::{AppliedIndex, OriginEntry};
 use crate::dataplane::Backend;
 use crate::model::IpFamily;
-use crate::ruleset::{RuleOrigin, Table};
 use crate::state::State;
 
 /// The runtime state directory.
@@ -235,30 +235,6 @@ pub struct RollbackRecord {
     pub at: u64,
     /// What happened, in words.
     pub outcome: String,
-}
-
-/// One applied rule that carries a policy rule's verdict.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct OriginEntry {
-    /// Family.
-    pub family: IpFamily,
-    /// Table.
-    pub table: Table,
-    /// Chain.
-    pub chain: String,
-    /// The rule's hash.
-    pub hash: String,
-    /// The policy rule.
-    pub origin: RuleOrigin,
-}
-
-/// Which kernel rules carry which policy rule's verdict, as last applied.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct AppliedIndex {
-    /// Seconds since the epoch.
-    pub applied_at: u64,
-    /// The entries.
-    pub origins: Vec<OriginEntry>,
 }
 
 /// Seconds since the epoch.

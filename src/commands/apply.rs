@@ -1,0 +1,205 @@
+//! `apply`: the policies (or a saved plan) into the kernel atomically, optionally with a
+//! confirm window after which an unconfirmed apply rolls back.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+
+use super::output::{ask, print_plan};
+use super::plan::{SavedPlan, prepare, prepare_observing};
+use crate::counters::AppliedIndex;
+use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::model::IpFamily;
+use crate::plan;
+use crate::policy_set;
+use crate::reconcile;
+use crate::settings::Settings;
+use crate::state::State;
+use crate::system::runtime::{PendingApply, StateDir, now_seconds};
+use crate::system::watcher;
+
+/// What an apply writes, from the policies or from a saved plan.
+struct Target {
+    backend: Backend,
+    families: Vec<IpFamily>,
+    desired: State,
+    index: AppliedIndex,
+    /// A saved plan's fingerprint of the kernel it was made against.
+    expected_observed: Option<String>,
+}
+
+/// Reads a saved plan, refusing it when the policy files changed since.
+fn saved_target(settings: &Settings, path: &Path) -> Result<Target> {
+    let saved: SavedPlan = serde_json::from_slice(&fs_err::read(path)?)
+        .with_context(|| format!("`{}` is not a plan saved by `plan --out`", path.display()))?;
+    let set = policy_set::load(std::slice::from_ref(&settings.config.policies_dir));
+    if set.fingerprint != saved.policies {
+        bail!(
+            "stale plan: the policy files in `{}` changed since the plan was made; make a new plan",
+            settings.config.policies_dir.display()
+        );
+    }
+    Ok(Target {
+        backend: saved.backend,
+        families: saved.families,
+        desired: saved.desired,
+        index: saved.index,
+        expected_observed: Some(saved.observed),
+    })
+}
+
+/// `apply [--yes] [--confirm-timeout SECS] [PLANFILE]`.
+pub fn run(
+    settings: &Settings,
+    runner: &dyn Runner,
+    yes: bool,
+    confirm_timeout: Option<u64>,
+    plan_file: Option<&Path>,
+) -> Result<ExitCode> {
+    let state_dir = StateDir::new(&settings.state_dir);
+    // Taken first so that the kernel can be read (under the lock) while the policies compile;
+    // a failure is reported where it always was, after the policies' diagnostics.
+    let lock = state_dir.lock("nodeport-guard apply", false);
+    let mut observed_early = None;
+    let target = match plan_file {
+        Some(path) => saved_target(settings, path)?,
+        None => {
+            let prepared = if lock.is_ok() {
+                prepare_observing(settings, runner).map(|(prepared, observed)| {
+                    observed_early = Some(observed);
+                    prepared
+                })
+            } else {
+                prepare(settings, runner)
+            };
+            let Some(prepared) = prepared else {
+                return Ok(ExitCode::from(1));
+            };
+            Target {
+                backend: prepared.backend,
+                families: prepared.compiled.ruleset.ip_families(),
+                index: prepared.index(),
+                desired: prepared.desired,
+                expected_observed: None,
+            }
+        }
+    };
+    let _lock = lock?;
+    if let Some(pending) = state_dir.pending()? {
+        bail!(
+            "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
+            pending.id
+        );
+    }
+    let dataplane = Dataplane::new(
+        target.backend,
+        runner,
+        target.families.clone(),
+        &settings.state_dir,
+    );
+    let observed = match observed_early {
+        Some(observed) => observed?,
+        None => dataplane.observe()?,
+    };
+    if let Some(expected) = &target.expected_observed
+        && observed.fingerprint() != *expected
+    {
+        bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
+    }
+    let changes = plan::plan(&target.desired, &observed);
+    if changes.is_empty() {
+        println!("No changes: the kernel holds exactly what the policies say.");
+        record_applied(&state_dir, &target.index);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_plan(&changes);
+    if !ask("Apply these changes?", yes)? {
+        eprintln!("Nothing was changed.");
+        return Ok(ExitCode::from(1));
+    }
+    // With a confirm window, the way back is written down before anything changes, so an
+    // interrupted apply can still be rolled back.
+    let pending = match confirm_timeout {
+        Some(seconds) => Some(
+            record_pending(&state_dir, &target, observed.clone(), seconds).with_context(|| {
+                format!(
+                    "refusing `--confirm-timeout`: the way back cannot be written to the state directory `{}`, so no rollback could be promised; nothing was changed (use a writable `--state-dir`, or apply without `--confirm-timeout`)",
+                    state_dir.path().display()
+                )
+            })?,
+        ),
+        None => None,
+    };
+    let outcome = match reconcile::apply_against(&dataplane, &target.desired, observed) {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            state_dir.clear_pending().ok();
+            return Err(error.into());
+        }
+    };
+    record_applied(&state_dir, &target.index);
+    println!("Applied in {} ms.", outcome.elapsed.as_millis());
+    if let Some(pending) = pending
+        && let Err(error) = start_watcher(&state_dir, pending)
+    {
+        // Without a watcher nothing would roll back: undo now rather than leave a promise
+        // that cannot be kept.
+        let restored = reconcile::restore(&dataplane, &outcome.before);
+        state_dir.clear_pending().ok();
+        return Err(match restored {
+            Ok(()) => error.context("the previous rules were restored"),
+            Err(restore) => error.context(format!(
+                "restoring the previous rules failed too: {restore}"
+            )),
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Records which kernel rules carry which policy rule; a state directory that cannot be written
+/// does not stop an apply, but the operator hears about it.
+pub fn record_applied(state_dir: &StateDir, index: &AppliedIndex) {
+    if let Err(error) = state_dir.set_applied(index) {
+        tracing::warn!(
+            dir = %state_dir.path().display(),
+            "cannot write the state directory, so `status` cannot name the policy rules of the counters: {error:#}"
+        );
+    }
+}
+
+fn record_pending(
+    state_dir: &StateDir,
+    target: &Target,
+    previous: State,
+    seconds: u64,
+) -> Result<PendingApply> {
+    let seed = format!(
+        "{}-{}-{}",
+        std::process::id(),
+        now_seconds(),
+        previous.fingerprint()
+    );
+    let id = crate::compile::names::hash(&seed)[..12].to_owned();
+    let pending = PendingApply {
+        id,
+        backend: target.backend,
+        families: target.families.clone(),
+        deadline: now_seconds() + seconds,
+        watcher_pid: None,
+        previous,
+        previous_index: state_dir.applied().ok().flatten(),
+    };
+    state_dir.set_pending(&pending)?;
+    Ok(pending)
+}
+
+fn start_watcher(state_dir: &StateDir, mut pending: PendingApply) -> Result<()> {
+    pending.watcher_pid = Some(watcher::spawn(state_dir.path(), &pending.id)?);
+    state_dir.set_pending(&pending)?;
+    eprintln!(
+        "Run `nodeport-guard confirm` within {} s to keep these rules; otherwise the previous rules come back.",
+        pending.deadline.saturating_sub(now_seconds())
+    );
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! `cleanup`: removes every chain, jump and set nodeport-guard owns, in both families.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::output::{ask, print_plan};
+use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::model::IpFamily;
+use crate::plan;
+use crate::reconcile;
+use crate::settings::Settings;
+use crate::state::State;
+use crate::system::runtime::StateDir;
+
+/// `cleanup [--yes]`.
+pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCode> {
+    let state_dir = StateDir::new(&settings.state_dir);
+    let backend = Backend::resolve(settings.backend, runner);
+    let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
+    let dataplane = Dataplane::new(
+        backend,
+        runner,
+        IpFamily::BOTH.to_vec(),
+        &settings.state_dir,
+    );
+    let observed = dataplane.observe()?;
+    let changes = plan::plan(&State::default(), &observed);
+    if changes.is_empty() {
+        println!("Nothing to clean up: nodeport-guard owns nothing in {backend}.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_plan(&changes);
+    if !ask("Remove all of these?", yes)? {
+        eprintln!("Nothing was changed.");
+        return Ok(ExitCode::from(1));
+    }
+    reconcile::apply_against(&dataplane, &State::default(), observed)?;
+    state_dir.clear_pending().ok();
+    println!("Removed every chain, jump and set of nodeport-guard.");
+    Ok(ExitCode::SUCCESS)
+}

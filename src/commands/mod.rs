@@ -1,0 +1,119 @@
+//! The commands: one module each, and the dispatcher that runs the one the command line names.
+//!
+//! Data goes to stdout, everything else (diagnostics, warnings, questions, logs) to stderr.
+//! Errors in input are printed as `path:line:column: error: message` with a code frame;
+//! unexpected failures as `error: …` with their causes. Nothing panics at a user.
+//!
+//! The commands sit on top: they use the pipeline (`policy_set`, `plan`, `reconcile`), the
+//! dataplane and the runtime directory, and nothing below calls back up. The runner that
+//! executes programs is made once, in `main`, and passed down.
+
+pub mod apply;
+pub mod cleanup;
+pub mod confirm;
+pub mod generate;
+pub mod output;
+pub mod plan;
+pub mod render;
+pub mod rollback;
+pub mod run;
+pub mod schema;
+pub mod status;
+pub mod validate;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, GlobalOptions, LogFormat};
+use crate::dataplane::Runner;
+use crate::diagnostic;
+use crate::settings::Settings;
+
+/// Runs a parsed command line with `runner` executing programs. Panics become a one-line
+/// internal error and exit 1.
+pub fn run(cli: &Cli, runner: Arc<dyn Runner>) -> ExitCode {
+    init_logging(cli);
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error (this is a bug in nodeport-guard): {info}");
+    }));
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(cli, runner))) {
+        Ok(Ok(code)) => code,
+        Ok(Err(error)) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(1)
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
+    let global = &cli.global;
+    let local = runner.as_ref();
+    match &cli.command {
+        Command::Schema { config_schema } => Ok(schema::run(*config_schema)),
+        Command::Generate { what, out_dir } => generate::run(*what, out_dir),
+        // The watcher needs nothing but the state directory: a config file broken since the
+        // apply must not stop a rollback.
+        Command::RollbackWatch { id } => rollback::run(&global.state_dir, local, id),
+        Command::Validate { paths } => with_settings(global, |s| Ok(validate::run(&s, paths))),
+        Command::Render => with_settings(global, |s| render::run(&s)),
+        Command::Plan {
+            detailed_exitcode,
+            json,
+            out,
+        } => with_settings(global, |s| {
+            plan::run(&s, local, *detailed_exitcode, *json, out.as_deref())
+        }),
+        Command::Apply {
+            yes,
+            confirm_timeout,
+            plan_file,
+        } => with_settings(global, |s| {
+            apply::run(&s, local, *yes, *confirm_timeout, plan_file.as_deref())
+        }),
+        Command::Confirm => with_settings(global, |s| confirm::run(&s)),
+        Command::Cleanup { yes } => with_settings(global, |s| cleanup::run(&s, local, *yes)),
+        Command::Status { json } => with_settings(global, |s| status::run(&s, local, *json)),
+        Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
+    }
+}
+
+/// Runs `command` with the checked settings, or prints why they cannot be had (exit 1).
+fn with_settings(
+    global: &GlobalOptions,
+    command: impl FnOnce(Settings) -> Result<ExitCode>,
+) -> Result<ExitCode> {
+    match Settings::from_options(global) {
+        Ok(settings) => command(settings),
+        Err((sources, diagnostics)) => {
+            diagnostic::eprint_all(&diagnostics, &sources);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn init_logging(cli: &Cli) {
+    let default_level = match (cli.global.verbose, &cli.command) {
+        (0, Command::Run) => "info",
+        (0, _) => "warn",
+        (1, _) => "info",
+        (2, _) => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("nodeport_guard={default_level}"))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let _ = match cli.global.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+}

@@ -1,0 +1,159 @@
+//! `plan`: what `apply` would change, as a diff per chain and set; and the preparation `plan`
+//! and `apply` share (compile the policies while the kernel is read).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::output::print_plan;
+use crate::compile::Compiled;
+use crate::counters::{self, AppliedIndex};
+use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
+use crate::facts::HostFacts;
+use crate::model::IpFamily;
+use crate::plan;
+use crate::policy_set;
+use crate::settings::Settings;
+use crate::state::State;
+use crate::system::host::host_facts;
+use crate::system::runtime::now_seconds;
+
+/// A plan saved by `plan --out`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SavedPlan {
+    /// Format version.
+    pub format: u32,
+    /// The backend the plan was made for.
+    pub backend: Backend,
+    /// The families it programs.
+    pub families: Vec<IpFamily>,
+    /// Fingerprint of what the kernel held when the plan was made.
+    pub observed: String,
+    /// Fingerprint of the policy files the plan was made from.
+    pub policies: String,
+    /// The state to apply.
+    pub desired: State,
+    /// Where the policies were read from.
+    pub policies_dir: String,
+    /// Which kernel rules carry which policy rule's verdict.
+    pub index: AppliedIndex,
+}
+
+/// The policies compiled for this host and the backend that will write them.
+pub struct Prepared {
+    /// The compiled policies.
+    pub compiled: Compiled,
+    /// The policy files' fingerprint.
+    pub policies_fingerprint: String,
+    /// The backend.
+    pub backend: Backend,
+    /// The state the backend writes for them.
+    pub desired: State,
+}
+
+impl Prepared {
+    /// Which kernel rules carry which policy rule's verdict.
+    pub fn index(&self) -> AppliedIndex {
+        counters::origin_index(&self.compiled.ruleset, self.backend, now_seconds())
+    }
+}
+
+fn prepare_for(settings: &Settings, backend: Backend, facts: &HostFacts) -> Option<Prepared> {
+    let (set, compiled) = policy_set::compile_for(settings, facts)?;
+    let desired = backend.desired(&compiled.ruleset);
+    Some(Prepared {
+        compiled,
+        policies_fingerprint: set.fingerprint,
+        backend,
+        desired,
+    })
+}
+
+/// Compiles the policies for this host (printing their diagnostics); `None` when they are
+/// invalid.
+pub fn prepare(settings: &Settings, runner: &dyn Runner) -> Option<Prepared> {
+    let facts = host_facts(&settings.config);
+    let backend = Backend::resolve(settings.backend, runner);
+    prepare_for(settings, backend, &facts)
+}
+
+/// What the kernel held, read while the policies compiled.
+pub type Observed = Result<State, DataplaneError>;
+
+/// Compiles the policies (printing their diagnostics) while another thread reads what the
+/// kernel holds: neither needs the other, and together they are most of the time `plan` and
+/// `apply` take. The kernel's answer is only looked at once the policies are known to be valid;
+/// `None` when they are not.
+pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Prepared, Observed)> {
+    let facts = host_facts(&settings.config);
+    let backend = Backend::resolve(settings.backend, runner);
+    let dataplane = Dataplane::new(backend, runner, facts.families(), &settings.state_dir);
+    std::thread::scope(|scope| {
+        let observing = scope.spawn(|| dataplane.observe());
+        let prepared = prepare_for(settings, backend, &facts);
+        let observed = observing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        prepared.map(|prepared| (prepared, observed))
+    })
+}
+
+/// `plan [--detailed-exitcode] [--json] [--out FILE]`.
+pub fn run(
+    settings: &Settings,
+    runner: &dyn Runner,
+    detailed: bool,
+    json: bool,
+    out: Option<&Path>,
+) -> Result<ExitCode> {
+    let Some((prepared, observed)) = prepare_observing(settings, runner) else {
+        return Ok(ExitCode::from(1));
+    };
+    let observed = observed?;
+    let changes = plan::plan(&prepared.desired, &observed);
+    if json {
+        let warnings: Vec<String> = prepared
+            .compiled
+            .warnings
+            .iter()
+            .map(|warning| warning.message.clone())
+            .collect();
+        let value = serde_json::json!({
+            "backend": prepared.backend,
+            "summary": changes.summary(),
+            "changes": !changes.is_empty(),
+            "warnings": warnings,
+            "plan": changes,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else if changes.is_empty() {
+        println!("No changes: the kernel holds exactly what the policies say.");
+    } else {
+        print_plan(&changes);
+    }
+    if let Some(path) = out {
+        let saved = SavedPlan {
+            format: 1,
+            backend: prepared.backend,
+            families: prepared.compiled.ruleset.ip_families(),
+            observed: observed.fingerprint(),
+            index: prepared.index(),
+            policies: prepared.policies_fingerprint,
+            desired: prepared.desired,
+            policies_dir: settings.config.policies_dir.display().to_string(),
+        };
+        fs_err::write(path, serde_json::to_vec_pretty(&saved)?)?;
+        eprintln!(
+            "Saved the plan to `{}`; apply it with `nodeport-guard apply {}`.",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(if detailed && !changes.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,14 @@
+//! `run`: the daemon (see `crate::daemon`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::dataplane::Runner;
+use crate::settings::Settings;
+
+/// `run`: until SIGTERM or SIGINT; the rules stay in place when it stops.
+pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
+    crate::daemon::run(settings, runner)
+}

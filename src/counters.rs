@@ -1,0 +1,117 @@
+//! Which kernel rules carry which policy rule's verdict, and their counters summed per policy
+//! rule: what `status` and the metrics endpoint show. Pure.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataplane::Backend;
+use crate::model::{Direction, IpFamily};
+use crate::ruleset::{RuleOrigin, Ruleset, Table};
+use crate::state::{self, State};
+
+/// One applied rule that carries a policy rule's verdict.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OriginEntry {
+    /// Family.
+    pub family: IpFamily,
+    /// Table.
+    pub table: Table,
+    /// Chain.
+    pub chain: String,
+    /// The rule's hash.
+    pub hash: String,
+    /// The policy rule.
+    pub origin: RuleOrigin,
+}
+
+/// Which kernel rules carry which policy rule's verdict, as last applied.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AppliedIndex {
+    /// Seconds since the epoch.
+    pub applied_at: u64,
+    /// The entries.
+    pub origins: Vec<OriginEntry>,
+}
+
+/// Which kernel rules carry which policy rule's verdict, as `backend` writes `ruleset`;
+/// `applied_at` is stamped by the caller.
+pub fn origin_index(ruleset: &Ruleset, backend: Backend, applied_at: u64) -> AppliedIndex {
+    let mut origins = Vec::new();
+    for (family, table, chain) in ruleset.chains() {
+        for rule in &chain.rules {
+            if let Some(origin) = &rule.origin {
+                origins.push(OriginEntry {
+                    family,
+                    table,
+                    chain: chain.name.clone(),
+                    hash: backend.rule_hash(table, &chain.name, rule, family),
+                    origin: origin.clone(),
+                });
+            }
+        }
+    }
+    AppliedIndex {
+        applied_at,
+        origins,
+    }
+}
+
+/// Packets and bytes matched by one policy rule.
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleCounter {
+    /// Policy name.
+    pub policy: String,
+    /// Direction.
+    pub direction: Direction,
+    /// Rule index.
+    pub rule: usize,
+    /// Packets matched (all families).
+    pub packets: u64,
+    /// Bytes matched (all families).
+    pub bytes: u64,
+}
+
+/// Packets and bytes per policy rule: the counters of the kernel rules that carry each policy
+/// rule's verdict, summed over families and tables.
+pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter> {
+    let mut totals: BTreeMap<(String, Direction, usize), (u64, u64)> = BTreeMap::new();
+    for entry in &index.origins {
+        let key = state::TableKey {
+            family: entry.family,
+            table: entry.table,
+        };
+        let counters = observed
+            .tables
+            .get(&key)
+            .and_then(|table| table.chains.get(&entry.chain))
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
+            })
+            .and_then(|rule| rule.counters)
+            .unwrap_or_default();
+        let total = totals
+            .entry((
+                entry.origin.policy.clone(),
+                entry.origin.direction,
+                entry.origin.rule_index,
+            ))
+            .or_default();
+        total.0 += counters.packets;
+        total.1 += counters.bytes;
+    }
+    totals
+        .into_iter()
+        .map(
+            |((policy, direction, rule), (packets, bytes))| RuleCounter {
+                policy,
+                direction,
+                rule,
+                packets,
+                bytes,
+            },
+        )
+        .collect()
+}

@@ -1,0 +1,108 @@
+//! A policy directory, loaded and validated as one set, and compiled for this host: the first
+//! half of the pipeline as every command and the daemon run it.
+
+use std::path::PathBuf;
+
+use crate::compile::{self, Compiled};
+use crate::diagnostic::{self, Diagnostic};
+use crate::facts::HostFacts;
+use crate::load;
+use crate::model::Model;
+use crate::settings::Settings;
+use crate::source::Sources;
+use crate::validate;
+
+/// The outcome of loading and validating a policy directory.
+#[derive(Debug)]
+pub struct PolicySet {
+    /// The files read.
+    pub sources: Sources,
+    /// The model (meaningful only when `diagnostics` hold no error).
+    pub model: Model,
+    /// Every problem found, sorted by file and position.
+    pub diagnostics: Vec<Diagnostic>,
+    /// A hash of every file's path and content: equal fingerprints mean equal input.
+    pub fingerprint: String,
+}
+
+impl PolicySet {
+    /// Whether the set is valid.
+    pub fn is_valid(&self) -> bool {
+        !diagnostic::has_errors(&self.diagnostics)
+    }
+
+    /// The set a missing policy directory reads as: valid and empty, so that the daemon's
+    /// empty-set guard decides what happens.
+    pub fn missing() -> PolicySet {
+        let loaded = load::Loaded::default();
+        PolicySet {
+            fingerprint: "missing".to_owned(),
+            ..validated(loaded)
+        }
+    }
+}
+
+/// Reads and validates policy files and directories.
+pub fn load(paths: &[PathBuf]) -> PolicySet {
+    load_with(paths, load::LoadOptions::default())
+}
+
+/// [`load`] with options.
+pub fn load_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
+    validated(load::load_paths_with(paths, options))
+}
+
+/// [`load_with`], parsing only the files whose text changed since the read that filled
+/// `cache` (the daemon's reloads).
+pub fn load_cached(
+    paths: &[PathBuf],
+    options: load::LoadOptions,
+    cache: &mut load::ParseCache,
+) -> PolicySet {
+    validated(load::load_paths_cached(paths, options, cache))
+}
+
+/// Validates what was read into a policy set.
+fn validated(loaded: load::Loaded) -> PolicySet {
+    let (model, mut diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
+    diagnostics.extend(loaded.diagnostics);
+    diagnostic::sort(&mut diagnostics);
+    let mut fingerprint_input = String::new();
+    for (_, file) in loaded.sources.iter() {
+        fingerprint_input.push_str(&file.path.display().to_string());
+        fingerprint_input.push('\0');
+        fingerprint_input.push_str(&file.text);
+        fingerprint_input.push('\0');
+    }
+    PolicySet {
+        sources: loaded.sources,
+        model,
+        diagnostics,
+        fingerprint: compile::names::hash(&fingerprint_input),
+    }
+}
+
+/// Loads, validates and compiles the policy directory for a host whose facts were read. On
+/// invalid input, prints the diagnostics and returns `None`; warnings are printed either way.
+pub fn compile_for(settings: &Settings, facts: &HostFacts) -> Option<(PolicySet, Compiled)> {
+    if !settings.config.policies_dir.is_dir() {
+        eprintln!(
+            "error: the policy directory `{}` does not exist or is not a directory",
+            settings.config.policies_dir.display()
+        );
+        return None;
+    }
+    let set = load_with(
+        std::slice::from_ref(&settings.config.policies_dir),
+        settings.load,
+    );
+    if !set.is_valid() {
+        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        return None;
+    }
+    let compiled = compile::compile(&set.model, &settings.config, facts);
+    let mut warnings = set.diagnostics.clone();
+    warnings.extend(compiled.warnings.iter().cloned());
+    diagnostic::eprint_all(&warnings, &set.sources);
+    Some((set, compiled))
+}

@@ -1,0 +1,36 @@
+//! The rollback watcher's process: started detached from the terminal by `apply
+//! --confirm-timeout`, stopped by `confirm`.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, Result};
+
+/// Starts `nodeport-guard --state-dir DIR __rollback-watch ID` in its own process group (Ctrl-C
+/// on the terminal that ran `apply` must not stop the rollback); returns its pid.
+pub fn spawn(state_dir: &Path, id: &str) -> Result<u32> {
+    let exe = std::env::current_exe()
+        .context("cannot find this program to start the rollback watcher")?;
+    let child = Command::new(exe)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .arg("__rollback-watch")
+        .arg(id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("cannot start the rollback watcher")?;
+    Ok(child.id())
+}
+
+/// Tells a watcher its apply was confirmed (SIGTERM); one that is gone already is no error.
+pub fn stop(pid: u32) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+}
