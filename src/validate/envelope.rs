@@ -1,0 +1,207 @@
+//! What every resource has: `apiVersion`, `metadata` (name, namespace, labels, annotations),
+//! and a name no other resource of its kind has.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{Labels, Origin};
+use crate::source::{FileId, Sources, Span};
+use crate::spec::{API_VERSION, Kind, Sp};
+
+use super::MAX_ANNOTATION_BYTES;
+use super::checker::{Checker, Problem};
+use super::values::{
+    LABEL_VALUE_RULE, QUALIFIED_NAME_RULE, label_key_problem, label_value_problem, name_problem,
+    qualified_name_reason, shown, subject_reason,
+};
+
+/// What every resource has once its metadata is valid.
+pub(super) struct Identity {
+    pub(super) name: String,
+    pub(super) labels: Labels,
+    pub(super) origin: Origin,
+}
+
+/// Reports a second (or later) resource of the same kind and name, and says whether this one
+/// is such a duplicate.
+pub(super) fn check_duplicate(
+    checker: &mut Checker<'_>,
+    sources: &Sources,
+    first_definitions: &mut HashMap<(Kind, String), (FileId, Span)>,
+) -> bool {
+    let Some(name) = checker.resource.name() else {
+        return false;
+    };
+    if name.value.is_empty() {
+        return false;
+    }
+    let kind = checker.resource.kind.value;
+    let key = (kind, name.value.clone());
+    if let Some(&(file, span)) = first_definitions.get(&key) {
+        let source = sources.get(file);
+        checker.error_help(
+            name.span,
+            format!("another `{kind}` is already named `{}`", shown(&name.value)),
+            format!(
+                "`{}` is also defined at {}:{}",
+                shown(&name.value),
+                source.path.display(),
+                source.line_column(span.start)
+            ),
+        );
+        return true;
+    }
+    first_definitions.insert(key, (checker.file, checker.resource.at(name.span)));
+    false
+}
+
+pub(super) fn check_api_version(checker: &mut Checker<'_>) {
+    let resource = checker.resource;
+    let right_line = format!("write `apiVersion: {API_VERSION}`");
+    match &resource.api_version {
+        None => checker.error_help(
+            resource.span,
+            format!("the `{}` has no `apiVersion`", resource.kind.value),
+            format!("add `apiVersion: {API_VERSION}`"),
+        ),
+        Some(version) if version.value == API_VERSION => {}
+        Some(version) => {
+            let help = if version.value == "crd.projectcalico.org/v1" {
+                format!(
+                    "`crd.projectcalico.org/v1` is Calico's internal storage form, which skips validation; {right_line}"
+                )
+            } else {
+                right_line
+            };
+            checker.error_help(
+                version.span,
+                format!("`{}` is not a supported apiVersion", shown(&version.value)),
+                help,
+            );
+        }
+    }
+}
+
+/// Checks `metadata`; returns the resource's identity when its name is valid.
+pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
+    let resource = checker.resource;
+    let kind = resource.kind.value;
+    let Some(metadata) = &resource.metadata else {
+        checker.error_help(
+            resource.span,
+            format!("the `{kind}` has no `metadata`"),
+            "add `metadata:` with a `name:`",
+        );
+        return None;
+    };
+    let span = metadata.span;
+    let metadata = &metadata.value;
+    if let Some(namespace) = &metadata.namespace {
+        checker.error_help(
+            namespace.span,
+            format!("`{kind}` is a cluster-wide resource, so it has no namespace"),
+            "remove `namespace`",
+        );
+    }
+    let labels = metadata
+        .labels
+        .as_ref()
+        .map(|labels| check_labels(checker, &labels.value))
+        .unwrap_or_default();
+    if let Some(annotations) = &metadata.annotations {
+        check_annotations(checker, annotations);
+    }
+    let Some(name) = &metadata.name else {
+        checker.error_help(
+            span,
+            format!("the `{kind}` has no `name`"),
+            "add `name:` with lowercase letters, digits, `-` and `.`",
+        );
+        return None;
+    };
+    if let Some(problem) = name_problem(&name.value, "name") {
+        checker.report(name.span, problem);
+        return None;
+    }
+    Some(Identity {
+        name: name.value.clone(),
+        labels,
+        origin: checker.origin(name.span),
+    })
+}
+
+/// Checks labels; returns the valid ones.
+fn check_labels(checker: &mut Checker<'_>, labels: &BTreeMap<Sp<String>, Sp<String>>) -> Labels {
+    let mut valid = Labels::new();
+    for (key, value) in labels {
+        let mut ok = true;
+        if let Some(message) = label_key_problem(&key.value) {
+            checker.error_help(key.span, message, QUALIFIED_NAME_RULE);
+            ok = false;
+        }
+        if let Some(message) = label_value_problem(&value.value) {
+            checker.error_help(value.span, message, LABEL_VALUE_RULE);
+            ok = false;
+        }
+        if ok {
+            valid.insert(key.value.clone(), value.value.clone());
+        }
+    }
+    valid
+}
+
+/// Checks annotations (of a resource or of a rule); returns the valid ones.
+pub(super) fn check_annotations(
+    checker: &mut Checker<'_>,
+    annotations: &Sp<BTreeMap<Sp<String>, Sp<String>>>,
+) -> BTreeMap<String, String> {
+    let mut valid = BTreeMap::new();
+    let mut total: usize = 0;
+    for (key, value) in &annotations.value {
+        total = total.saturating_add(key.value.len().saturating_add(value.value.len()));
+        let mut ok = true;
+        // Kubernetes lower-cases annotation keys before checking them.
+        if let Some(reason) = qualified_name_reason(&key.value.to_lowercase()) {
+            checker.error_help(
+                key.span,
+                subject_reason("annotation key", &key.value, &reason),
+                QUALIFIED_NAME_RULE,
+            );
+            ok = false;
+        }
+        if let Some(problem) = annotation_value_problem(&value.value) {
+            checker.report(value.span, problem);
+            ok = false;
+        }
+        if ok {
+            valid.insert(key.value.clone(), value.value.clone());
+        }
+    }
+    if total > MAX_ANNOTATION_BYTES {
+        checker.error_help(
+            annotations.span,
+            format!(
+                "the annotations hold {total} bytes, more than the {MAX_ANNOTATION_BYTES} (256 KiB) allowed"
+            ),
+            "shorten them; keep long documents outside the policy files",
+        );
+    }
+    valid
+}
+
+/// What is wrong with an annotation value: it may be any text but control characters, which
+/// could break the line-oriented kernel input formats that rule comments end up in.
+fn annotation_value_problem(value: &str) -> Option<Problem> {
+    let control = value.chars().find(|c| c.is_control())?;
+    let problem = Problem::new(format!(
+        "the annotation holds the control character `{}`",
+        control.escape_default()
+    ));
+    let trailing_newline_only = value
+        .strip_suffix('\n')
+        .is_some_and(|rest| !rest.contains(|c: char| c.is_control()));
+    Some(if trailing_newline_only {
+        problem.help("write the value with `>-` or `|-`, or as a quoted string, so it does not end with a newline")
+    } else {
+        problem.help("annotations are shown in rule comments, which are one line of printable text; remove the control characters")
+    })
+}

@@ -1,0 +1,54 @@
+//! `GlobalNetworkSet`.
+
+use super::*;
+
+#[test]
+fn network_sets_take_cidrs_and_addresses() {
+    let outcome = expect(
+        &network_set(
+            "  nets: [192.0.2.0/24, 198.51.100.7, '2001:db8::1', '2001:db8::/32', 192.0.2.0/24]\n",
+        ),
+        &[],
+    );
+    let nets: Vec<String> = outcome.model.network_sets[0]
+        .nets
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        nets,
+        [
+            "192.0.2.0/24",
+            "198.51.100.7/32",
+            "2001:db8::1/128",
+            "2001:db8::/32"
+        ]
+    );
+    let outcome = expect(
+        &network_set("  nets: [192.0.2.1/24, not-an-ip, '2001:db8::1/32']\n"),
+        &[
+            "6:10: error: `192.0.2.1/24` has host bits set",
+            "6:24: error: `not-an-ip` is not an address or a CIDR",
+            "6:35: error: `2001:db8::1/32` has host bits set",
+        ],
+    );
+    assert!(
+        outcome
+            .help("192.0.2.1/24")
+            .starts_with("write the network `192.0.2.0/24`")
+    );
+    expect(&network_set("  nets: []\n"), &[]);
+    expect(&network_set("  {}\n"), &[]);
+    let outcome = expect(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: s\n  labels: {role: lb}\n",
+        &[],
+    );
+    assert!(outcome.model.network_sets[0].nets.is_empty());
+    assert_eq!(
+        outcome.model.network_sets[0]
+            .labels
+            .get("role")
+            .map(String::as_str),
+        Some("lb")
+    );
+}
