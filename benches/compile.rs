@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
+use nodeport_guard::dataplane::iptables::render::render_all as render_iptables;
 use nodeport_guard::facts::HostFacts;
 use nodeport_guard::load::parse_file;
 use nodeport_guard::model::Model;
-use nodeport_guard::render::render_iptables;
 use nodeport_guard::source::{SourceFile, Sources};
 use nodeport_guard::validate::validate;
 

@@ -26,7 +26,7 @@ fn main() {
         &nodeport_guard::facts::HostFacts::minimal("n"),
     );
     let compile_time = started.elapsed();
-    let text = nodeport_guard::render::render_iptables(&compiled.ruleset);
+    let text = nodeport_guard::dataplane::iptables::render::render_all(&compiled.ruleset);
     eprintln!(
         "compile {:?}, render {:?}, {} bytes",
         compile_time,
@@ -45,15 +45,18 @@ fn breakdown(compiled: &nodeport_guard::compile::Compiled) {
         .iter()
         .flat_map(|f| f.sets.iter().cloned())
         .collect();
-    let s = nodeport_guard::render::ipset::render_sets(&sets);
+    let s = nodeport_guard::dataplane::iptables::ipset::render_sets(&sets);
     eprintln!("sets {:?} {}", started.elapsed(), s.len());
     for family in &compiled.ruleset.families {
         for table in &family.tables {
             let started = std::time::Instant::now();
-            let t = nodeport_guard::render::iptables::render_table(table, family.family);
+            let t = nodeport_guard::dataplane::iptables::render::render_table(table, family.family);
             eprintln!("table {:?} {}", started.elapsed(), t.len());
             let started = std::time::Instant::now();
-            let state = nodeport_guard::state::desired_iptables(&compiled.ruleset);
+            let state = nodeport_guard::state::desired(
+                &compiled.ruleset,
+                &nodeport_guard::dataplane::iptables::SPELLING,
+            );
             eprintln!(
                 "desired state {:?} {}",
                 started.elapsed(),

@@ -6,7 +6,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-use crate::config::BackendChoice;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+
+use crate::dataplane::{BACKENDS, BackendChoice};
 
 /// Source-IP whitelists for NodePorts, docker published ports and host services, from
 /// Calico-shaped policy files.
@@ -41,8 +43,8 @@ pub struct GlobalOptions {
     )]
     pub policies: Option<PathBuf>,
     /// Which program writes the rules [default: `backend` from the config, else auto]
-    #[arg(long, global = true, value_enum, value_name = "BACKEND")]
-    pub backend: Option<BackendArg>,
+    #[arg(long, global = true, value_name = "BACKEND", value_parser = backend_parser())]
+    pub backend: Option<BackendChoice>,
     /// More log detail (-v info, -vv debug, -vvv trace); RUST_LOG overrides
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -71,28 +73,15 @@ pub struct GlobalOptions {
     pub state_dir: PathBuf,
 }
 
-/// `--backend` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    /// Use what the host already uses
-    Auto,
-    /// iptables-legacy-restore, ip6tables-legacy-restore, ipset
-    IptablesLegacy,
-    /// iptables-nft-restore, ip6tables-nft-restore, ipset
-    IptablesNft,
-    /// nft -f (native nftables)
-    Nftables,
-}
-
-impl From<BackendArg> for BackendChoice {
-    fn from(arg: BackendArg) -> BackendChoice {
-        match arg {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::IptablesLegacy => BackendChoice::IptablesLegacy,
-            BackendArg::IptablesNft => BackendChoice::IptablesNft,
-            BackendArg::Nftables => BackendChoice::Nftables,
-        }
-    }
+/// `--backend` values: `auto` and every backend's name, each with what it runs.
+fn backend_parser() -> impl clap::builder::TypedValueParser<Value = BackendChoice> {
+    let values = std::iter::once(PossibleValue::new("auto").help(BackendChoice::AUTO_ABOUT)).chain(
+        BACKENDS
+            .iter()
+            .map(|backend| PossibleValue::new(backend.name()).help(backend.about())),
+    );
+    PossibleValuesParser::new(values)
+        .map(|name| BackendChoice::parse(&name).unwrap_or(BackendChoice::Auto))
 }
 
 /// `--log-format` values.

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use regex::Regex;
 use serde::Deserialize;
 
+pub use crate::dataplane::BackendChoice;
 use crate::diagnostic::Diagnostic;
 use crate::model::{Action, Protocol};
 use crate::source::{FileId, SourceFile, Sources};
@@ -28,49 +29,6 @@ pub const DEFAULT_HOST_INTERFACE_EXCLUDE: &str =
     "^(cali|tunl|vxlan|flannel|docker|veth|wireguard|wg|cni|kube|dummy|nodelocaldns)";
 /// kube-proxy's masquerade and drop mark bits, which our mask must not touch.
 pub const KUBE_PROXY_MARKS: u32 = 0x4000 | 0x8000;
-
-/// Which program writes the rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendChoice {
-    /// Detect what the host already uses.
-    Auto,
-    /// `iptables-legacy-restore` and friends.
-    IptablesLegacy,
-    /// `iptables-nft-restore` and friends.
-    IptablesNft,
-    /// Native nftables (`nft -f`).
-    Nftables,
-}
-
-impl BackendChoice {
-    /// Parses the name used in the config file and on the command line.
-    pub fn parse(text: &str) -> Option<BackendChoice> {
-        match text {
-            "auto" => Some(BackendChoice::Auto),
-            "iptables-legacy" => Some(BackendChoice::IptablesLegacy),
-            "iptables-nft" => Some(BackendChoice::IptablesNft),
-            "nftables" => Some(BackendChoice::Nftables),
-            _ => None,
-        }
-    }
-
-    /// The name used in the config file and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendChoice::Auto => "auto",
-            BackendChoice::IptablesLegacy => "iptables-legacy",
-            BackendChoice::IptablesNft => "iptables-nft",
-            BackendChoice::Nftables => "nftables",
-        }
-    }
-}
-
-impl fmt::Display for BackendChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Whether to program IPv6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,7 +367,13 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             None => error(
                 backend.span,
                 format!("unknown backend `{}`", backend.value),
-                "write one of `auto`, `iptables-legacy`, `iptables-nft`, `nftables`",
+                &format!(
+                    "write one of {}",
+                    BackendChoice::names()
+                        .map(|name| format!("`{name}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             ),
         }
     }
@@ -698,7 +662,7 @@ mod tests {
         );
         assert_eq!(errors, Vec::<String>::new());
         assert_eq!(config.policies_dir, PathBuf::from("/srv/p"));
-        assert_eq!(config.backend, BackendChoice::IptablesNft);
+        assert_eq!(config.backend.as_str(), "iptables-nft");
         assert_eq!(config.mark_mask, 0xff00_0000);
         assert_eq!(config.nflog_group, 5);
         assert_eq!(config.nflog_group_egress, 6);

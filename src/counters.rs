@@ -36,7 +36,11 @@ pub struct AppliedIndex {
 
 /// Which kernel rules carry which policy rule's verdict, as `backend` writes `ruleset`;
 /// `applied_at` is stamped by the caller.
-pub fn origin_index(ruleset: &Ruleset, backend: Backend, applied_at: u64) -> AppliedIndex {
+pub fn origin_index(
+    ruleset: &Ruleset,
+    backend: &'static dyn Backend,
+    applied_at: u64,
+) -> AppliedIndex {
     let mut origins = Vec::new();
     for (family, table, chain) in ruleset.chains() {
         for rule in &chain.rules {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::dataplane::{Backend, Dataplane, DataplaneError};
+use crate::dataplane::{Dataplane, DataplaneError};
 use crate::plan::{Plan, Summary, plan};
 use crate::state::State;
 
@@ -102,22 +102,7 @@ pub fn verify(
     written: &Plan,
 ) -> Result<(), DataplaneError> {
     let after = dataplane.observe_written(written)?;
-    let remaining = match dataplane.backend {
-        Backend::Nftables => {
-            let families = written.families();
-            plan(
-                &desired.of_families(&families),
-                &after.of_families(&families),
-            )
-        }
-        Backend::IptablesLegacy | Backend::IptablesNft => {
-            let (tables, sets) = written.scope();
-            plan(
-                &desired.within(&tables, &sets),
-                &after.within(&tables, &sets),
-            )
-        }
-    };
+    let remaining = dataplane.backend.unverified(desired, &after, written);
     if remaining.is_empty() {
         Ok(())
     } else {

@@ -429,3 +429,31 @@ pub fn kernel_chains(table: Table) -> &'static [&'static str] {
         Table::Filter => &["INPUT", "FORWARD", "OUTPUT"],
     }
 }
+
+/// Longest comment (and NFLOG prefix) any backend writes before its own limit cuts it: the
+/// iptables `comment` match keeps 255 characters.
+pub const MAX_COMMENT: usize = 255;
+
+/// Bytes of each packet NFLOG copies: enough for the IP and TCP/UDP headers.
+pub const NFLOG_SIZE: u32 = 80;
+
+/// Makes text safe inside a double-quoted comment or log prefix of every backend: characters
+/// other than letters, digits and ` _.,:;=/@%+|()#-` become `_`, and it is cut to
+/// [`MAX_COMMENT`].
+pub fn sanitize_comment(text: &str) -> String {
+    let mut clean = String::with_capacity(text.len().min(MAX_COMMENT));
+    push_sanitized(&mut clean, text);
+    clean
+}
+
+/// Appends `text` sanitized as [`sanitize_comment`] does, without allocating.
+pub fn push_sanitized(out: &mut String, text: &str) {
+    const SAFE: &str = " _.,:;=/@%+|()#-";
+    for c in text.chars().take(MAX_COMMENT) {
+        out.push(if c.is_ascii_alphanumeric() || SAFE.contains(c) {
+            c
+        } else {
+            '_'
+        });
+    }
+}

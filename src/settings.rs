@@ -68,7 +68,7 @@ impl Settings {
             }
             diagnostic::eprint_all(&[Diagnostic::global_warning(message)], &sources);
         }
-        let backend = global.backend.map_or(config.backend, Into::into);
+        let backend = global.backend.unwrap_or(config.backend);
         Ok(Settings {
             config,
             config_path,

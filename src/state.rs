@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::IpFamily;
-use crate::render::iptables::RenderedRule;
 use crate::ruleset::{Hook, Rule, Ruleset, SetKind, SetMember, Table};
 
 /// A table of one family.
@@ -200,40 +199,42 @@ mod table_list {
     }
 }
 
+/// The comment prefix that marks a rule as ours, in every backend.
+pub const HASH_PREFIX: &str = "npg:";
+
+/// One rendered rule: its identity hash and the line (or commands) that write it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedRule {
+    /// The hash in its `npg:` comment.
+    pub hash: String,
+    /// What the backend writes for it: an `-A` line, or `add rule` commands.
+    pub line: String,
+}
+
+/// The identity hash of a rule with this body in this table and chain: the first 16
+/// characters of the URL-safe base64 of SHA-256 over `"<table> <chain><body>"`.
+pub fn rule_hash(table: Table, chain: &str, body: &str) -> String {
+    use base64::Engine as _;
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(table.as_str().as_bytes());
+    hasher.update(b" ");
+    hasher.update(chain.as_bytes());
+    hasher.update(body.as_bytes());
+    // 12 bytes encode to exactly 16 base64 characters.
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hasher.finalize()[..12])
+}
+
 /// How a backend spells what it writes: rules, hooks, set types and members.
-struct Spelling {
-    rule: fn(Table, &str, &Rule, IpFamily) -> RenderedRule,
-    hook: fn(Table, &Hook, IpFamily) -> RenderedRule,
-    set_kind: fn(SetKind, IpFamily) -> String,
-    member: fn(&SetMember) -> String,
-}
-
-/// The desired state of a ruleset as the iptables backends write it: rules as `-A` lines, hooks
-/// as our jump at position 1, members as `ipset save` prints them.
-pub fn desired_iptables(ruleset: &Ruleset) -> State {
-    desired(
-        ruleset,
-        &Spelling {
-            rule: crate::render::iptables::render_rule,
-            hook: |table, hook, _| crate::render::iptables::render_hook(table, hook),
-            set_kind: |kind, _| kind.ipset_type().to_owned(),
-            member: ToString::to_string,
-        },
-    )
-}
-
-/// The desired state of a ruleset as the nftables backend writes it: rules as `add rule`
-/// commands, hooks as base chains, members in nft's spelling.
-pub fn desired_nft(ruleset: &Ruleset) -> State {
-    desired(
-        ruleset,
-        &Spelling {
-            rule: crate::render::nft::render_rule,
-            hook: crate::render::nft::render_hook,
-            set_kind: crate::render::nft::set_kind,
-            member: crate::render::nft::member_text,
-        },
-    )
+pub struct Spelling {
+    /// A rule of one of our chains.
+    pub rule: fn(Table, &str, &Rule, IpFamily) -> RenderedRule,
+    /// The jump from a kernel chain into ours.
+    pub hook: fn(Table, &Hook, IpFamily) -> RenderedRule,
+    /// A set's type.
+    pub set_kind: fn(SetKind, IpFamily) -> String,
+    /// A set member, as the kernel prints it back.
+    pub member: fn(&SetMember) -> String,
 }
 
 fn line(rendered: RenderedRule) -> RuleLine {
@@ -244,7 +245,8 @@ fn line(rendered: RenderedRule) -> RuleLine {
     }
 }
 
-fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
+/// The state a backend writes for a ruleset, spelled its way.
+pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
     let mut state = State::default();
     for family in &ruleset.families {
         for table in &family.tables {

@@ -57,7 +57,9 @@ fn render(file: &Path) -> String {
     for warning in &compiled.warnings {
         text.push_str(&format!("# note: {}\n", warning.message));
     }
-    text.push_str(&nodeport_guard::render::render_iptables(&compiled.ruleset));
+    text.push_str(&nodeport_guard::dataplane::iptables::render::render_all(
+        &compiled.ruleset,
+    ));
     text
 }
 

@@ -7,16 +7,18 @@ use std::fmt::Write as _;
 
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
+use nodeport_guard::dataplane::Backend as _;
+use nodeport_guard::dataplane::iptables;
+use nodeport_guard::dataplane::iptables::parse::parse_iptables_save;
+use nodeport_guard::dataplane::iptables::render::render_table;
 use nodeport_guard::facts::HostFacts;
 use nodeport_guard::load::parse_file;
-use nodeport_guard::observe::parse_iptables_save;
 use nodeport_guard::plan::plan;
 use nodeport_guard::policy_set::load as load_policies;
-use nodeport_guard::render::iptables::render_table;
 use nodeport_guard::ruleset::{Action, MAX_CHAIN_NAME, MAX_SET_NAME, Match, Ruleset};
 use nodeport_guard::selector::Selector;
 use nodeport_guard::source::{SourceFile, Sources};
-use nodeport_guard::state::{State, desired_iptables};
+use nodeport_guard::state::State;
 use nodeport_guard::validate::validate;
 use proptest::prelude::*;
 
@@ -267,7 +269,7 @@ proptest! {
         prop_assert_eq!(&again.ruleset, &compiled.ruleset);
 
         // Reading the rendered text back gives the state we wanted: render ∘ observe is stable.
-        let desired = desired_iptables(&compiled.ruleset);
+        let desired = iptables::NFT.desired(&compiled.ruleset);
         let mut observed = State::default();
         for family in &compiled.ruleset.families {
             for table in &family.tables {

@@ -21,7 +21,7 @@ use crate::system::watcher;
 
 /// What an apply writes, from the policies or from a saved plan.
 struct Target {
-    backend: Backend,
+    backend: &'static dyn Backend,
     families: Vec<IpFamily>,
     desired: State,
     index: AppliedIndex,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::output::{ask, print_plan};
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Dataplane, Runner};
 use crate::model::IpFamily;
 use crate::plan;
 use crate::reconcile;
@@ -16,7 +16,7 @@ use crate::system::runtime::StateDir;
 /// `cleanup [--yes]`.
 pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let backend = Backend::resolve(settings.backend, runner);
+    let backend = settings.backend.resolve(runner);
     let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
     let dataplane = Dataplane::new(
         backend,

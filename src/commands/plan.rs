@@ -26,7 +26,8 @@ pub struct SavedPlan {
     /// Format version.
     pub format: u32,
     /// The backend the plan was made for.
-    pub backend: Backend,
+    #[serde(with = "crate::dataplane::serde_by_name")]
+    pub backend: &'static dyn Backend,
     /// The families it programs.
     pub families: Vec<IpFamily>,
     /// Fingerprint of what the kernel held when the plan was made.
@@ -48,7 +49,7 @@ pub struct Prepared {
     /// The policy files' fingerprint.
     pub policies_fingerprint: String,
     /// The backend.
-    pub backend: Backend,
+    pub backend: &'static dyn Backend,
     /// The state the backend writes for them.
     pub desired: State,
 }
@@ -60,7 +61,11 @@ impl Prepared {
     }
 }
 
-fn prepare_for(settings: &Settings, backend: Backend, facts: &HostFacts) -> Option<Prepared> {
+fn prepare_for(
+    settings: &Settings,
+    backend: &'static dyn Backend,
+    facts: &HostFacts,
+) -> Option<Prepared> {
     let (set, compiled) = policy_set::compile_for(settings, facts)?;
     let desired = backend.desired(&compiled.ruleset);
     Some(Prepared {
@@ -75,7 +80,7 @@ fn prepare_for(settings: &Settings, backend: Backend, facts: &HostFacts) -> Opti
 /// invalid.
 pub fn prepare(settings: &Settings, runner: &dyn Runner) -> Option<Prepared> {
     let facts = host_facts(&settings.config);
-    let backend = Backend::resolve(settings.backend, runner);
+    let backend = settings.backend.resolve(runner);
     prepare_for(settings, backend, &facts)
 }
 
@@ -88,7 +93,7 @@ pub type Observed = Result<State, DataplaneError>;
 /// `None` when they are not.
 pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Prepared, Observed)> {
     let facts = host_facts(&settings.config);
-    let backend = Backend::resolve(settings.backend, runner);
+    let backend = settings.backend.resolve(runner);
     let dataplane = Dataplane::new(backend, runner, facts.families(), &settings.state_dir);
     std::thread::scope(|scope| {
         let observing = scope.spawn(|| dataplane.observe());
@@ -121,7 +126,7 @@ pub fn run(
             .map(|warning| warning.message.clone())
             .collect();
         let value = serde_json::json!({
-            "backend": prepared.backend,
+            "backend": prepared.backend.name(),
             "summary": changes.summary(),
             "changes": !changes.is_empty(),
             "warnings": warnings,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::config::BackendChoice;
-use crate::dataplane::Backend;
+use crate::dataplane::iptables;
 use crate::policy_set;
 use crate::settings::Settings;
 use crate::system::host::host_facts;
@@ -19,8 +19,8 @@ pub fn run(settings: &Settings) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     };
     let backend = match settings.backend {
-        BackendChoice::Nftables => Backend::Nftables,
-        _ => Backend::IptablesNft,
+        BackendChoice::Named(backend) => backend,
+        BackendChoice::Auto => &iptables::NFT,
     };
     let text = backend.render(&compiled.ruleset);
     let mut stdout = std::io::stdout().lock();

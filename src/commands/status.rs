@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::counters::{self, AppliedIndex, RuleCounter};
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Dataplane, Runner};
 use crate::model::IpFamily;
 use crate::policy_set;
 use crate::settings::Settings;
@@ -17,7 +17,7 @@ use crate::system::runtime::{StateDir, now_seconds};
 /// `status [--json]`.
 pub fn run(settings: &Settings, runner: &dyn Runner, json: bool) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let backend = Backend::resolve(settings.backend, runner);
+    let backend = settings.backend.resolve(runner);
     let dataplane = Dataplane::new(
         backend,
         runner,
@@ -40,7 +40,7 @@ pub fn run(settings: &Settings, runner: &dyn Runner, json: bool) -> Result<ExitC
     let last_rollback = state_dir.last_rollback().ok().flatten();
     if json {
         let value = serde_json::json!({
-            "backend": backend,
+            "backend": backend.name(),
             "rules": rows,
             "daemon": daemon,
             "pendingConfirmation": pending.map(|p| serde_json::json!({"id": p.id, "deadline": p.deadline})),

@@ -2,10 +2,10 @@
 //! whole pipeline from YAML).
 
 use super::*;
+use crate::dataplane::iptables::render::render_chain;
 use crate::model::{
     Action as PolicyAction, EntityRule, Origin, Port, Protocol, Rule as PolicyRule,
 };
-use crate::render::iptables::render_chain;
 use crate::selector::Selector;
 use crate::source::{FileId, Span};
 

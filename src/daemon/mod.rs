@@ -61,7 +61,7 @@ struct LastGood {
 
 struct Daemon {
     settings: Settings,
-    backend: Backend,
+    backend: &'static dyn Backend,
     runner: Arc<dyn Runner>,
     state_dir: StateDir,
     metrics: metrics::Shared,
@@ -95,7 +95,7 @@ async fn run_loop(
     runner: Arc<dyn Runner>,
     state_dir: StateDir,
 ) -> Result<ExitCode> {
-    let backend = Backend::resolve(settings.backend, runner.as_ref());
+    let backend = settings.backend.resolve(runner.as_ref());
     let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
     let (sender, mut events) = mpsc::unbounded_channel();
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
@@ -213,7 +213,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn read_counters(settings: &Settings, runner: &dyn Runner, backend: Backend) -> Vec<RuleCounter> {
+fn read_counters(
+    settings: &Settings,
+    runner: &dyn Runner,
+    backend: &'static dyn Backend,
+) -> Vec<RuleCounter> {
     let dataplane = Dataplane::new(
         backend,
         runner,
@@ -495,7 +499,7 @@ impl Daemon {
     fn write_status(&mut self) {
         let status = serde_json::json!({
             "pid": std::process::id(),
-            "backend": self.backend,
+            "backend": self.backend.name(),
             "summary": self.summary,
             "lastErrors": self.last_errors,
             "updatedAt": now_seconds(),
@@ -505,7 +509,7 @@ impl Daemon {
     }
 }
 
-fn applied_summary(policies: usize, backend: Backend, changed_now: bool) -> String {
+fn applied_summary(policies: usize, backend: &'static dyn Backend, changed_now: bool) -> String {
     format!(
         "{policies} policies applied with {backend}; last change {}",
         if changed_now { "now" } else { "earlier" }

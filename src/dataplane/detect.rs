@@ -11,6 +11,11 @@
 //! 5. on a tie, what the system's `iptables` command is.
 
 use super::{Backend, Runner};
+
+/// The backends detection chooses between.
+const LEGACY: &dyn Backend = &super::iptables::LEGACY;
+const NFT: &dyn Backend = &super::iptables::NFT;
+const NATIVE: &dyn Backend = &super::nftables::NFTABLES;
 use crate::model::IpFamily;
 
 /// What one backend's save shows, for the decision.
@@ -63,7 +68,7 @@ pub fn native_evidence(list_tables: &str) -> NativeEvidence {
         let (Some(family), Some(name)) = (words.next(), words.next()) else {
             continue;
         };
-        if name == crate::render::nft::TABLE {
+        if name == super::nftables::render::TABLE {
             evidence.ours = true;
         } else if !(matches!(family, "ip" | "ip6")
             && matches!(name, "filter" | "nat" | "mangle" | "raw" | "security"))
@@ -79,13 +84,10 @@ pub fn decide_all(
     legacy: Evidence,
     nft: Evidence,
     native: NativeEvidence,
-    system_default: Backend,
-) -> (Backend, &'static str) {
+    system_default: &'static dyn Backend,
+) -> (&'static dyn Backend, &'static str) {
     if native.ours && !legacy.ours && !nft.ours {
-        return (
-            Backend::Nftables,
-            "our rules are already in native nftables",
-        );
+        return (NATIVE, "our rules are already in native nftables");
     }
     if !legacy.ours
         && !nft.ours
@@ -96,7 +98,7 @@ pub fn decide_all(
         && native.native_tables > 0
     {
         return (
-            Backend::Nftables,
+            NATIVE,
             "the host uses native nftables and no iptables rules",
         );
     }
@@ -104,48 +106,46 @@ pub fn decide_all(
 }
 
 /// Decides between the iptables backends. Pure.
-pub fn decide(legacy: Evidence, nft: Evidence, system_default: Backend) -> (Backend, &'static str) {
+pub fn decide(
+    legacy: Evidence,
+    nft: Evidence,
+    system_default: &'static dyn Backend,
+) -> (&'static dyn Backend, &'static str) {
     match (legacy.available, nft.available) {
-        (true, false) => return (Backend::IptablesLegacy, "only iptables-legacy is installed"),
-        (false, true) => return (Backend::IptablesNft, "only iptables-nft is installed"),
+        (true, false) => return (LEGACY, "only iptables-legacy is installed"),
+        (false, true) => return (NFT, "only iptables-nft is installed"),
         _ => {}
     }
     if nft.ours != legacy.ours {
         return if nft.ours {
-            (
-                Backend::IptablesNft,
-                "our rules are already in iptables-nft",
-            )
+            (NFT, "our rules are already in iptables-nft")
         } else {
-            (
-                Backend::IptablesLegacy,
-                "our rules are already in iptables-legacy",
-            )
+            (LEGACY, "our rules are already in iptables-legacy")
         };
     }
     if nft.kubelet_hint != legacy.kubelet_hint {
         return if nft.kubelet_hint {
-            (Backend::IptablesNft, "kubelet uses iptables-nft")
+            (NFT, "kubelet uses iptables-nft")
         } else {
-            (Backend::IptablesLegacy, "kubelet uses iptables-legacy")
+            (LEGACY, "kubelet uses iptables-legacy")
         };
     }
     if nft.rules != legacy.rules {
         return if nft.rules > legacy.rules {
-            (Backend::IptablesNft, "iptables-nft holds more rules")
+            (NFT, "iptables-nft holds more rules")
         } else {
-            (Backend::IptablesLegacy, "iptables-legacy holds more rules")
+            (LEGACY, "iptables-legacy holds more rules")
         };
     }
     (system_default, "the system's `iptables` command uses it")
 }
 
 /// Detects the backend the host uses.
-pub fn detect(runner: &dyn Runner) -> (Backend, String) {
-    let gather = |backend: Backend| {
+pub fn detect(runner: &dyn Runner) -> (&'static dyn Backend, String) {
+    let gather = |iptables: &super::iptables::Iptables| {
         let mut total = Evidence::default();
         for family in IpFamily::BOTH {
-            let (save, _) = super::iptables::programs(backend, family);
+            let (save, _) = iptables.programs(family);
             if let Ok(output) = runner.run(save, &[], None)
                 && output.success
             {
@@ -158,11 +158,11 @@ pub fn detect(runner: &dyn Runner) -> (Backend, String) {
         }
         total
     };
-    let legacy = gather(Backend::IptablesLegacy);
-    let nft = gather(Backend::IptablesNft);
+    let legacy = gather(&super::iptables::LEGACY);
+    let nft = gather(&super::iptables::NFT);
     let system_default = match runner.run("iptables", &["--version"], None) {
-        Ok(output) if output.stdout.contains("legacy") => Backend::IptablesLegacy,
-        _ => Backend::IptablesNft,
+        Ok(output) if output.stdout.contains("legacy") => LEGACY,
+        _ => NFT,
     };
     let native = match runner.run("nft", &["list", "tables"], None) {
         Ok(output) if output.success => native_evidence(&output.stdout),
@@ -187,37 +187,29 @@ mod tests {
 
     #[test]
     fn our_own_rules_win_then_kubelet_then_rule_count_then_the_system() {
-        let nft_default = Backend::IptablesNft;
+        let nft_default = NFT;
         assert_eq!(
             decide(seen(true, false, 0), seen(false, true, 99), nft_default).0,
-            Backend::IptablesLegacy
+            LEGACY
         );
         assert_eq!(
             decide(seen(false, true, 0), seen(false, false, 99), nft_default).0,
-            Backend::IptablesLegacy
+            LEGACY
         );
         assert_eq!(
             decide(seen(false, false, 3), seen(false, false, 2), nft_default).0,
-            Backend::IptablesLegacy
+            LEGACY
         );
         assert_eq!(
-            decide(
-                seen(false, false, 2),
-                seen(false, false, 3),
-                Backend::IptablesLegacy
-            )
-            .0,
-            Backend::IptablesNft
+            decide(seen(false, false, 2), seen(false, false, 3), LEGACY).0,
+            NFT
         );
         assert_eq!(
             decide(seen(false, false, 0), seen(false, false, 0), nft_default).0,
-            Backend::IptablesNft
+            NFT
         );
         let missing = Evidence::default();
-        assert_eq!(
-            decide(missing, seen(false, false, 0), Backend::IptablesLegacy).0,
-            Backend::IptablesNft
-        );
+        assert_eq!(decide(missing, seen(false, false, 0), LEGACY).0, NFT);
     }
 
     #[test]
@@ -231,28 +223,16 @@ mod tests {
             }
         );
         let empty = seen(false, false, 0);
-        assert_eq!(
-            decide_all(empty, empty, native, Backend::IptablesNft).0,
-            Backend::Nftables
-        );
-        assert_eq!(
-            decide_all(empty, seen(false, false, 4), native, Backend::IptablesNft).0,
-            Backend::IptablesNft
-        );
+        assert_eq!(decide_all(empty, empty, native, NFT).0, NATIVE);
+        assert_eq!(decide_all(empty, seen(false, false, 4), native, NFT).0, NFT);
         let ours = native_evidence("table ip nodeport_guard\n");
         assert_eq!(
-            decide_all(empty, seen(false, false, 9), ours, Backend::IptablesLegacy).0,
-            Backend::Nftables
+            decide_all(empty, seen(false, false, 9), ours, LEGACY).0,
+            NATIVE
         );
         assert_eq!(
-            decide_all(
-                empty,
-                empty,
-                NativeEvidence::default(),
-                Backend::IptablesLegacy
-            )
-            .0,
-            Backend::IptablesLegacy
+            decide_all(empty, empty, NativeEvidence::default(), LEGACY).0,
+            LEGACY
         );
     }
 

@@ -18,9 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
-mod errors;
 mod expr;
-mod lexer;
 mod parser;
 mod printer;
 #[cfg(test)]

@@ -212,7 +212,8 @@ pub struct PendingApply {
     /// Random id, so a watcher only acts on its own apply.
     pub id: String,
     /// The backend that wrote it.
-    pub backend: Backend,
+    #[serde(with = "crate::dataplane::serde_by_name")]
+    pub backend: &'static dyn Backend,
     /// Families programmed.
     pub families: Vec<IpFamily>,
     /// Seconds since the epoch after which it is rolled back.

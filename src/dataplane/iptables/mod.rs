@@ -6,40 +6,126 @@
 
 use std::fmt::Write as _;
 
+pub mod ipset;
+pub mod parse;
+pub mod render;
+
+use super::runner::joined;
 use super::{Backend, Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction, TablePlan};
-use crate::render::ipset::{MAX_ELEMENTS, family_option};
+use crate::ruleset::{Rule, Ruleset, Table};
+use crate::state::Spelling;
 use crate::state::State;
+use ipset::{MAX_ELEMENTS, family_option};
 
 /// How long restore waits for the xtables lock another program holds, in seconds.
 pub const LOCK_WAIT_SECONDS: &str = "60";
 
-/// The save and restore programs of a backend and family.
-pub fn programs(backend: Backend, family: IpFamily) -> (&'static str, &'static str) {
-    match (backend, family) {
-        (Backend::IptablesLegacy, IpFamily::V4) => {
-            ("iptables-legacy-save", "iptables-legacy-restore")
+/// An iptables backend: iptables with the legacy (x_tables) or the nf_tables kernel
+/// interface, and ipset for the sets.
+#[derive(Debug)]
+pub struct Iptables {
+    name: &'static str,
+    about: &'static str,
+    legacy: bool,
+}
+
+/// iptables with the legacy (x_tables) kernel interface.
+pub static LEGACY: Iptables = Iptables {
+    name: "iptables-legacy",
+    about: "iptables-legacy-restore, ip6tables-legacy-restore, ipset",
+    legacy: true,
+};
+
+/// iptables with the nf_tables kernel interface.
+pub static NFT: Iptables = Iptables {
+    name: "iptables-nft",
+    about: "iptables-nft-restore, ip6tables-nft-restore, ipset",
+    legacy: false,
+};
+
+impl Iptables {
+    /// The save and restore programs of a family.
+    pub fn programs(&self, family: IpFamily) -> (&'static str, &'static str) {
+        match (self.legacy, family) {
+            (true, IpFamily::V4) => ("iptables-legacy-save", "iptables-legacy-restore"),
+            (true, IpFamily::V6) => ("ip6tables-legacy-save", "ip6tables-legacy-restore"),
+            (false, IpFamily::V4) => ("iptables-nft-save", "iptables-nft-restore"),
+            (false, IpFamily::V6) => ("ip6tables-nft-save", "ip6tables-nft-restore"),
         }
-        (Backend::IptablesLegacy, IpFamily::V6) => {
-            ("ip6tables-legacy-save", "ip6tables-legacy-restore")
-        }
-        (Backend::IptablesNft | Backend::Nftables, IpFamily::V4) => {
-            ("iptables-nft-save", "iptables-nft-restore")
-        }
-        (Backend::IptablesNft | Backend::Nftables, IpFamily::V6) => {
-            ("ip6tables-nft-save", "ip6tables-nft-restore")
-        }
+    }
+}
+
+/// How the iptables backends spell what they write: rules as `-A` lines, hooks as our jump at
+/// position 1, members as `ipset save` prints them.
+pub const SPELLING: Spelling = Spelling {
+    rule: render::render_rule,
+    hook: |table, hook, _| render::render_hook(table, hook),
+    set_kind: |kind, _| kind.ipset_type().to_owned(),
+    member: ToString::to_string,
+};
+
+impl Backend for Iptables {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn about(&self) -> &'static str {
+        self.about
+    }
+
+    fn render(&self, ruleset: &Ruleset) -> String {
+        render::render_all(ruleset)
+    }
+
+    fn desired(&self, ruleset: &Ruleset) -> State {
+        crate::state::desired(ruleset, &SPELLING)
+    }
+
+    fn rule_hash(&self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String {
+        render::render_rule(table, chain, rule, family).hash
+    }
+
+    fn observe(&self, dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+        observe(self, dataplane)
+    }
+
+    fn observe_written(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+    ) -> Result<State, DataplaneError> {
+        observe_written(self, dataplane, plan)
+    }
+
+    fn write(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+        _desired: &State,
+    ) -> Result<(), DataplaneError> {
+        apply(self, dataplane, plan)
+    }
+
+    /// Every table and set the plan names: iptables writes one table (of one family) per
+    /// restore, so nothing else can have changed.
+    fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
+        let (tables, sets) = written.scope();
+        crate::plan::plan(
+            &desired.within(&tables, &sets),
+            &after.within(&tables, &sets),
+        )
     }
 }
 
 /// Reads our chains, jumps and sets: `iptables-save -c`, `ip6tables-save -c` and `ipset save`
 /// run at the same time (they read different kernel tables), and are parsed in that order.
-pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+fn observe(iptables: &Iptables, dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     let runner = dataplane.runner;
     let (saves, sets) = std::thread::scope(|scope| {
         let saves = IpFamily::BOTH.map(|family| {
-            let (save, _) = programs(dataplane.backend, family);
+            let (save, _) = iptables.programs(family);
             (
                 family,
                 scope.spawn(move || run_checked(runner, save, &["-c"], None)),
@@ -51,7 +137,7 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     let mut state = State::default();
     for (family, save) in saves {
         match save {
-            Ok(output) => crate::observe::parse_iptables_save(&output.stdout, family, &mut state)?,
+            Ok(output) => parse::parse_iptables_save(&output.stdout, family, &mut state)?,
             // A kernel without IPv6 has no ip6tables tables; nothing of ours can be there.
             Err(error) if !dataplane.families.contains(&family) => {
                 tracing::debug!(%error, "cannot read {family} rules; IPv6 is off, skipping");
@@ -59,7 +145,7 @@ pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
             Err(error) => return Err(error),
         }
     }
-    crate::observe::parse_ipset_save(&sets?.stdout, &mut state);
+    parse::parse_ipset_save(&sets?.stdout, &mut state);
     Ok(state)
 }
 
@@ -69,14 +155,18 @@ const SETS_READ_ONE_BY_ONE: usize = 8;
 /// Reads back what a plan wrote, and only that: each table it wrote (`iptables-save -t TABLE`
 /// of that family) and each set it wrote (`ipset save NAME`, or all of `ipset save` when it
 /// wrote many), all at the same time. Whatever else the result holds is outside the plan.
-pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
+fn observe_written(
+    iptables: &Iptables,
+    dataplane: &Dataplane<'_>,
+    plan: &Plan,
+) -> Result<State, DataplaneError> {
     let runner = dataplane.runner;
     let (saves, sets) = std::thread::scope(|scope| {
         let saves: Vec<_> = plan
             .tables
             .iter()
             .map(|table| {
-                let (save, _) = programs(dataplane.backend, table.key.family);
+                let (save, _) = iptables.programs(table.key.family);
                 let name = table.key.table.as_str();
                 (
                     table.key.family,
@@ -102,10 +192,10 @@ pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, 
     });
     let mut state = State::default();
     for (family, save) in saves {
-        crate::observe::parse_iptables_save(&save?.stdout, family, &mut state)?;
+        parse::parse_iptables_save(&save?.stdout, family, &mut state)?;
     }
     for set in sets {
-        crate::observe::parse_ipset_save(&set?.stdout, &mut state);
+        parse::parse_ipset_save(&set?.stdout, &mut state);
     }
     Ok(state)
 }
@@ -120,28 +210,25 @@ fn read_set(runner: &dyn super::Runner, name: &str) -> Result<super::Output, Dat
     }
 }
 
-/// The result of a scoped thread; a panic in it goes on in the caller.
-pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    handle
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
-
 /// Applies a plan.
-pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneError> {
+fn apply(
+    iptables: &Iptables,
+    dataplane: &Dataplane<'_>,
+    plan: &Plan,
+) -> Result<(), DataplaneError> {
     let sets = ipset_script(plan);
     if !sets.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
     }
-    if dataplane.backend == Backend::IptablesNft {
+    if !iptables.legacy {
         base_chains::remember_created(dataplane, plan);
     }
     for table in &plan.tables {
-        let (_, restore) = programs(dataplane.backend, table.key.family);
+        let (_, restore) = iptables.programs(table.key.family);
         let script = table_script(table);
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
         let lock = xtables_lock_path();
-        let busy = dataplane.backend == Backend::IptablesLegacy && xtables_lock_busy(&lock);
+        let busy = iptables.legacy && xtables_lock_busy(&lock);
         if busy {
             tracing::warn!(
                 table = %table.key,
@@ -165,7 +252,7 @@ pub fn apply(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<(), DataplaneErro
             );
         }
     }
-    if dataplane.backend == Backend::IptablesNft {
+    if !iptables.legacy {
         base_chains::remove_created(dataplane, plan);
     }
     let destroy = ipset_destroy_script(plan);
@@ -482,7 +569,7 @@ mod tests {
 
     fn rule(text: &str) -> RuleLine {
         RuleLine {
-            hash: crate::observe::rule_hash(text),
+            hash: parse::rule_hash(text),
             text: text.to_owned(),
             counters: None,
         }

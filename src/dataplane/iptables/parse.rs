@@ -8,30 +8,16 @@
 
 use std::collections::BTreeSet;
 
+use crate::dataplane::ObserveError;
 use crate::model::IpFamily;
 use crate::ruleset::{CHAIN_PREFIX, SET_PREFIX, Table};
 use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
-
-/// Why a save could not be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ObserveError {
-    /// The iptables variant refuses to show a table (iptables-legacy next to nft rules).
-    #[error(
-        "`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend"
-    )]
-    Incompatible {
-        /// The table.
-        table: String,
-        /// The line that said so.
-        line: String,
-    },
-}
 
 /// The hash in a rule's `npg:` comment, if it has one.
 pub fn rule_hash(rule: &str) -> Option<String> {
     let start = rule.find("--comment ")? + "--comment ".len();
     let rest = rule[start..].trim_start_matches('"');
-    let hash = rest.strip_prefix(crate::render::iptables::HASH_PREFIX)?;
+    let hash = rest.strip_prefix(crate::state::HASH_PREFIX)?;
     let end = hash
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
         .unwrap_or(hash.len());

@@ -26,6 +26,8 @@ use crate::model::IpFamily;
 use crate::ruleset::{
     Action, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side, Table,
 };
+use crate::ruleset::{NFLOG_SIZE, sanitize_comment};
+use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 /// The name of our table in every family.
 pub const TABLE: &str = "nodeport_guard";
@@ -74,10 +76,10 @@ pub fn hook_identity(hook: &str, priority: i64, policy: &str, target: &str) -> S
 
 /// The comment of a rule: the hash, then the words, cut to what nftables keeps.
 fn comment(hash: &str, words: Option<&str>) -> String {
-    let mut text = format!("{}{hash}", super::iptables::HASH_PREFIX);
+    let mut text = format!("{}{hash}", HASH_PREFIX);
     if let Some(words) = words {
         text.push(' ');
-        text.push_str(&super::iptables::sanitize_comment(words));
+        text.push_str(&sanitize_comment(words));
     }
     text.truncate(MAX_COMMENT - 1);
     text
@@ -247,8 +249,8 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
             let _ = write!(
                 out,
                 " log prefix \"{}\" group {group} snaplen {} queue-threshold 1",
-                super::iptables::sanitize_comment(prefix),
-                super::iptables::NFLOG_SIZE
+                sanitize_comment(prefix),
+                NFLOG_SIZE
             );
         }
         Action::NoTrack => out.push_str(" notrack"),
@@ -267,30 +269,25 @@ pub fn rule_body(rule: &Rule, family: IpFamily, table: Table) -> String {
 }
 
 /// Renders a rule of one of our chains as an `add rule` command.
-pub fn render_rule(
-    table: Table,
-    chain: &str,
-    rule: &Rule,
-    family: IpFamily,
-) -> super::iptables::RenderedRule {
+pub fn render_rule(table: Table, chain: &str, rule: &Rule, family: IpFamily) -> RenderedRule {
     let body = rule_body(rule, family, table);
     let words = rule.comment.as_deref().unwrap_or_default();
-    let hash = super::iptables::rule_hash(table, chain, &format!("{body}|{words}"));
+    let hash = rule_hash(table, chain, &format!("{body}|{words}"));
     let line = format!(
         "add rule {} {TABLE} {}{body} comment \"{}\"",
         family_name(family),
         chain_name(table, chain),
         comment(&hash, rule.comment.as_deref())
     );
-    super::iptables::RenderedRule { hash, line }
+    RenderedRule { hash, line }
 }
 
 /// Renders the base chain of a hook: its declaration and its one jump, as two commands.
-pub fn render_hook(table: Table, hook: &Hook, family: IpFamily) -> super::iptables::RenderedRule {
+pub fn render_hook(table: Table, hook: &Hook, family: IpFamily) -> RenderedRule {
     let (hook_name, priority) = hook_of(table, &hook.kernel_chain);
     let target = chain_name(table, &hook.target);
     let identity = hook_identity(hook_name, i64::from(priority), "accept", &target);
-    let hash = super::iptables::rule_hash(table, &hook.kernel_chain, &identity);
+    let hash = rule_hash(table, &hook.kernel_chain, &identity);
     let name = base_chain_name(table, &hook.kernel_chain);
     let line = hook_commands(
         family,
@@ -301,7 +298,7 @@ pub fn render_hook(table: Table, hook: &Hook, family: IpFamily) -> super::iptabl
         &target,
         &comment(&hash, Some("nodeport-guard hook")),
     );
-    super::iptables::RenderedRule { hash, line }
+    RenderedRule { hash, line }
 }
 
 /// The two commands that declare a base chain of ours and its one jump (also used to write an

@@ -10,42 +10,8 @@ use crate::model::IpFamily;
 use crate::ruleset::{
     Action, Chain, CtState, Hook, Match, Rule, SetLookup, Side, Table, TableRuleset,
 };
-
-/// The comment prefix that marks a rule as ours.
-pub const HASH_PREFIX: &str = "npg:";
-/// Longest comment the `comment` match keeps.
-pub const MAX_COMMENT: usize = 255;
-/// Bytes of each packet NFLOG copies: enough for the IP and TCP/UDP headers.
-pub const NFLOG_SIZE: u32 = 80;
-
-/// One rendered rule: its identity hash and its `-A` line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RenderedRule {
-    /// The hash in its `npg:` comment.
-    pub hash: String,
-    /// The whole line, starting with `-A <chain> `.
-    pub line: String,
-}
-
-/// Makes text safe inside a double-quoted `iptables-restore` argument: characters other than
-/// letters, digits and ` _.,:;=/@%+|()#-` become `_`, and it is cut to the kernel's limit.
-pub fn sanitize_comment(text: &str) -> String {
-    let mut clean = String::with_capacity(text.len().min(MAX_COMMENT));
-    push_sanitized(&mut clean, text);
-    clean
-}
-
-/// Appends `text` sanitized as [`sanitize_comment`] does, without allocating.
-fn push_sanitized(out: &mut String, text: &str) {
-    const SAFE: &str = " _.,:;=/@%+|()#-";
-    for c in text.chars().take(MAX_COMMENT) {
-        out.push(if c.is_ascii_alphanumeric() || SAFE.contains(c) {
-            c
-        } else {
-            '_'
-        });
-    }
-}
+use crate::ruleset::{NFLOG_SIZE, Ruleset, push_sanitized, sanitize_comment};
+use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 fn protocol_name(number: u8, family: IpFamily) -> String {
     match (number, family) {
@@ -208,20 +174,6 @@ pub fn rule_body(rule: &Rule, family: IpFamily) -> String {
     body
 }
 
-/// The identity hash of a rule with this body in this table and chain: the first 16
-/// characters of the URL-safe base64 of SHA-256 over `"<table> <chain><body>"`.
-pub fn rule_hash(table: Table, chain: &str, body: &str) -> String {
-    use base64::Engine as _;
-    use sha2::{Digest as _, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(table.as_str().as_bytes());
-    hasher.update(b" ");
-    hasher.update(chain.as_bytes());
-    hasher.update(body.as_bytes());
-    // 12 bytes encode to exactly 16 base64 characters.
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hasher.finalize()[..12])
-}
-
 /// Renders a rule of one of our chains.
 pub fn render_rule(table: Table, chain: &str, rule: &Rule, family: IpFamily) -> RenderedRule {
     let body = rule_body(rule, family);
@@ -283,5 +235,38 @@ pub fn render_table(table: &TableRuleset, family: IpFamily) -> String {
         out.push('\n');
     }
     out.push_str("COMMIT\n");
+    out
+}
+
+/// The whole desired state as `ipset restore` and `iptables-restore` text, in the order it
+/// would be loaded, with `#` headers saying what each part is for.
+pub fn render_all(ruleset: &Ruleset) -> String {
+    let mut out = String::new();
+    let sets: Vec<_> = ruleset
+        .families
+        .iter()
+        .flat_map(|family| family.sets.iter().cloned())
+        .collect();
+    if !sets.is_empty() {
+        out.push_str("# ipset restore\n");
+        out.push_str(&super::ipset::render_sets(&sets));
+    }
+    for family in &ruleset.families {
+        for table in &family.tables {
+            let tool = match family.family {
+                IpFamily::V4 => "iptables-restore",
+                IpFamily::V6 => "ip6tables-restore",
+            };
+            let _ = writeln!(
+                out,
+                "# {tool} --noflush ({}, table {})",
+                family.family, table.table
+            );
+            out.push_str(&render_table(table, family.family));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("# no policy applies to this host: nothing to load\n");
+    }
     out
 }

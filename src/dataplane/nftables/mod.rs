@@ -4,24 +4,97 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::{Dataplane, DataplaneError, run_checked};
+pub mod render;
+
+use super::runner::joined;
+use super::{Backend, Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction};
-use crate::render::nft::{
+use crate::ruleset::{Rule, Ruleset, Table};
+use crate::state::Spelling;
+use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
+use render::{
     TABLE, base_chain_name, chain_name, element_commands, family_name, hook_identity,
     set_declaration,
 };
-use crate::ruleset::Table;
-use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
+
+/// Native nftables: our own `nodeport_guard` tables, written with `nft -f`.
+#[derive(Debug)]
+pub struct Nftables;
+
+/// The native nftables backend.
+pub static NFTABLES: Nftables = Nftables;
+
+/// How native nftables spells what it writes: rules as `add rule` commands, hooks as base
+/// chains, members in nft's spelling.
+pub const SPELLING: Spelling = Spelling {
+    rule: render::render_rule,
+    hook: render::render_hook,
+    set_kind: render::set_kind,
+    member: render::member_text,
+};
+
+impl Backend for Nftables {
+    fn name(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn about(&self) -> &'static str {
+        "nft -f (native nftables)"
+    }
+
+    fn render(&self, ruleset: &Ruleset) -> String {
+        render::render_script(ruleset)
+    }
+
+    fn desired(&self, ruleset: &Ruleset) -> State {
+        crate::state::desired(ruleset, &SPELLING)
+    }
+
+    fn rule_hash(&self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String {
+        render::render_rule(table, chain, rule, family).hash
+    }
+
+    fn observe(&self, dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+        observe(dataplane)
+    }
+
+    fn observe_written(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+    ) -> Result<State, DataplaneError> {
+        observe_written(dataplane, plan)
+    }
+
+    fn write(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+        desired: &State,
+    ) -> Result<(), DataplaneError> {
+        apply(dataplane, plan, desired)
+    }
+
+    /// Every table and set of a family the plan touched: one transaction may rebuild a
+    /// family's whole table.
+    fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
+        let families = written.families();
+        crate::plan::plan(
+            &desired.of_families(&families),
+            &after.of_families(&families),
+        )
+    }
+}
 
 /// Reads our tables.
-pub fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
+fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     observe_families(dataplane, &IpFamily::BOTH)
 }
 
 /// Reads back what a plan wrote: our tables of the families it touched, whole (a transaction
 /// that rebuilds a family's table rewrites more than the plan names).
-pub fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
+fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
     observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>())
 }
 
@@ -50,7 +123,7 @@ fn observe_families(
             .collect();
         listings
             .into_iter()
-            .map(|(family, listing)| (family, super::iptables::joined(listing)))
+            .map(|(family, listing)| (family, joined(listing)))
             .collect::<Vec<_>>()
     });
     let mut state = State::default();
@@ -103,7 +176,7 @@ fn split_chain(name: &str) -> (Table, String) {
 }
 
 fn hash_of_comment(comment: Option<&str>) -> Option<String> {
-    let text = comment?.strip_prefix(crate::render::iptables::HASH_PREFIX)?;
+    let text = comment?.strip_prefix(crate::state::HASH_PREFIX)?;
     let hash: String = text
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
@@ -262,11 +335,11 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
                 .entry(kernel_chain.clone())
                 .or_default();
             let hash = hash_of_comment(rule.comment)
-                .map(|_| crate::render::iptables::rule_hash(table, &kernel_chain, &identity));
+                .map(|_| crate::state::rule_hash(table, &kernel_chain, &identity));
             let text = match (rule.comment, &hash) {
-                (Some(comment), Some(_)) => crate::render::nft::hook_commands(
-                    family, chain, hook, priority, policy, target, comment,
-                ),
+                (Some(comment), Some(_)) => {
+                    render::hook_commands(family, chain, hook, priority, policy, target, comment)
+                }
                 _ => format!("base chain {chain}: {identity} (handle {})", rule.handle),
             };
             hooks.push(HookRule {
@@ -501,11 +574,7 @@ fn incremental_family(out: &mut String, family: IpFamily, plan: &Plan, desired: 
 }
 
 /// Applies a plan in one `nft -f` transaction.
-pub fn apply(
-    dataplane: &Dataplane<'_>,
-    plan: &Plan,
-    desired: &State,
-) -> Result<(), DataplaneError> {
+fn apply(dataplane: &Dataplane<'_>, plan: &Plan, desired: &State) -> Result<(), DataplaneError> {
     let script = script(plan, desired);
     if script.is_empty() {
         return Ok(());
@@ -589,7 +658,7 @@ mod tests {
             "a base chain is a hook"
         );
         let hook = &table.hooks["PREROUTING"][0];
-        let expected = crate::render::iptables::rule_hash(
+        let expected = crate::state::rule_hash(
             Table::Mangle,
             "PREROUTING",
             &hook_identity("prerouting", -151, "accept", "mangle-npg-PREROUTING"),
