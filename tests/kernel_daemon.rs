@@ -31,8 +31,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use support::daemon::{Daemon, daemon_config, http_get, http_get_ok, parse_prometheus};
-use support::guard::{Guard, POLL, backend_tests, check_reachability, dropped, iptables, open, sa};
-use support::{Backend, Family, Lab, addr, ports, replies, wait_until};
+use support::fixtures::Whitelist;
+use support::{
+    Backend, Family, Guard, Lab, POLL, addr, backend_tests, check_reachability, dropped, iptables,
+    open, ports, replies, sa, wait_until,
+};
 
 /// How quickly a change to the policy files must be effective.
 const RELOAD_WITHIN: Duration = Duration::from_secs(3);
@@ -57,29 +60,11 @@ fn whitelist(allowed: &[Ipv4Addr]) -> String {
 /// [`whitelist`] with `extra` (YAML list items, indented by 4) between the
 /// Allow and the Deny rule.
 fn whitelist_plus(allowed: &[Ipv4Addr], extra: &str) -> String {
-    let nets: Vec<String> = allowed.iter().map(|a| format!("{a}/32")).collect();
-    format!(
-        r#"apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: guard-nodeport
-spec:
-  order: 10
-  preDNAT: true
-  applyOnForward: true
-  selector: all()
-  ingress:
-    - action: Allow
-      source:
-        nets: [{nets}]
-{extra}    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [{port}]
-"#,
-        nets = nets.join(", "),
-        port = ports::NODEPORT,
-    )
+    Whitelist::mission()
+        .name("guard-nodeport")
+        .nets(allowed.iter().map(|a| format!("{a}/32")))
+        .rules_before_deny(extra)
+        .yaml()
 }
 
 /// The same traffic outcome as `whitelist(allowed)`, but with an unrelated
@@ -171,7 +156,7 @@ fn traffic_is(lab: &Lab, allowed: &[Ipv4Addr], blocked: &[Ipv4Addr]) -> bool {
 }
 
 /// The standard probes for "exactly `allowed` reach NodePort 30008".
-fn nodeport_probes(allowed: &[Ipv4Addr], blocked: &[Ipv4Addr]) -> Vec<support::guard::Probe> {
+fn nodeport_probes(allowed: &[Ipv4Addr], blocked: &[Ipv4Addr]) -> Vec<support::Probe> {
     let nodeport = sa(addr::NODE_V4, ports::NODEPORT);
     allowed
         .iter()
@@ -1342,7 +1327,7 @@ backend_tests!(metrics_are_valid_and_move);
 
 /// Members of one of our sets in the node (an ipset, or a set of the nftables backend).
 fn set_members(lab: &Lab, set: &str) -> Vec<String> {
-    support::guard::Snapshot::take(lab).set_members(set)
+    support::Snapshot::take(lab).set_members(set)
 }
 
 /// Removes our IPv4 jump into mangle PREROUTING the way another program would: the rule in

@@ -4,8 +4,7 @@
 
 mod support;
 
-use support::guard::{BIN, Guard};
-use support::{Backend, Lab};
+use support::{BIN, Backend, Guard, Lab};
 
 const POLICY: &str = r#"apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy

@@ -41,8 +41,7 @@ use std::time::{Duration, Instant};
 
 use reference::generate::{self, Rng};
 use reference::{Action, Entity, Family, Packet, Policy, PortSpec, Rule, Scenario, Selector};
-use support::guard::Guard;
-use support::{Backend, Connect, ConnectError, Lab, NflogCapture, Role, conntrack_flush};
+use support::{Backend, Connect, ConnectError, Guard, Lab, NflogCapture, Role, conntrack_flush};
 
 /// Cases per backend when `NPG_DIFF_CASES` is not set.
 pub const DEFAULT_CASES: usize = 150;

@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::guard::{Guard, Snapshot, backend_tests, nft_tables, sa};
-use support::{Backend, Lab, addr, assert_contains, cmd, ports, replies, wait_until};
+use support::{
+    Backend, Guard, Lab, Snapshot, addr, assert_contains, backend_tests, cmd, nft_tables, ports,
+    replies, sa, wait_until,
+};
 
 /// How long to wait for a daemon to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -614,7 +616,7 @@ const FAST_DAEMON: &str = "debounce: 20ms\nresyncInterval: 1h\n";
 
 /// Starts `run` and waits until it applied what the policy directory says.
 #[track_caller]
-fn start_daemon(guard: &Guard<'_>, log: &str) -> support::guard::Background {
+fn start_daemon(guard: &Guard<'_>, log: &str) -> support::Background {
     let mut daemon = guard.spawn(&["run"], log);
     let converged = wait_until(CONVERGE_TIMEOUT, POLL, || guard.plan_detailed().0 == 0);
     assert!(

@@ -19,8 +19,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::guard::Guard;
-use support::{Backend, Lab, wait_until};
+use support::{Backend, Guard, Lab, wait_until};
 
 /// How long the policy file is rewritten, unless `NPG_LOAD_SECONDS` says.
 const DEFAULT_SECONDS: u64 = 60;

@@ -7,35 +7,16 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::guard::{
-    Guard, POLL, SETTLE_TIMEOUT, assert_same_state, backend_tests, check_reachability, dropped,
-    iptables, nft_tables, open, sa,
+use support::fixtures::Whitelist;
+use support::{
+    Backend, Family, Guard, Lab, POLL, SETTLE_TIMEOUT, addr, assert_contains, assert_same_state,
+    backend_tests, check_reachability, dropped, iptables, nft_tables, open, ports, replies, sa,
 };
-use support::{Backend, Family, Lab, addr, assert_contains, ports, replies};
 
 /// A pre-DNAT whitelist named `name`: 198.51.100.10 and .12 may reach TCP
 /// `port`, everyone else is dropped there.
 fn whitelist(name: &str, port: u16) -> String {
-    format!(
-        r#"apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: {name}
-spec:
-  order: 10
-  preDNAT: true
-  applyOnForward: true
-  selector: all()
-  ingress:
-    - action: Allow
-      source:
-        nets: [198.51.100.10/32, 198.51.100.12/32]
-    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [{port}]
-"#
-    )
+    Whitelist::mission().name(name).port(port).yaml()
 }
 
 /// Policy set A: the NodePort whitelist.

@@ -8,8 +8,11 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use support::guard::{Guard, backend_tests, check_reachability, dropped, open, refused, sa};
-use support::{Backend, CONNECT_TIMEOUT, Family, Lab, NflogCapture, Role, addr, ports, replies};
+use support::fixtures::mission_policy;
+use support::{
+    Backend, CONNECT_TIMEOUT, Family, Guard, Lab, NflogCapture, Role, addr, backend_tests,
+    check_reachability, dropped, open, ports, refused, replies, sa,
+};
 
 /// How long to wait for an NFLOG message of a rule with `--nflog-threshold 1`.
 const NFLOG_TIMEOUT: Duration = Duration::from_secs(3);
@@ -614,26 +617,6 @@ fn normal_policy_protects_host_services_with_a_default_deny(backend: Backend) {
 }
 backend_tests!(normal_policy_protects_host_services_with_a_default_deny);
 
-/// The mission policy (Allow two sources, Deny TCP 30008).
-const NODEPORT_WHITELIST: &str = "apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: allow-cluster-nodeport-only
-spec:
-  order: 10
-  preDNAT: true
-  applyOnForward: true
-  selector: all()
-  ingress:
-    - action: Allow
-      source:
-        nets: [198.51.100.10/32, 198.51.100.12/32]
-    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [30008]
-";
-
 /// `(packets, bytes)` of a policy rule in `status --json`.
 #[track_caller]
 fn json_counters(status: &serde_json::Value, policy: &str, rule: u64) -> (u64, u64) {
@@ -676,7 +659,7 @@ fn text_counters(status: &str, policy: &str, rule: u64) -> (u64, u64) {
 fn status_reports_packets_of_the_rule_that_decided(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
-    guard.write_policy("nodeport.yaml", NODEPORT_WHITELIST);
+    guard.write_policy("nodeport.yaml", &mission_policy());
     guard.apply();
     let before = guard.status_json();
     assert_eq!(

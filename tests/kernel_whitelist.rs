@@ -8,35 +8,24 @@
 
 mod support;
 
-use support::guard::{Guard, backend_tests, check_reachability, dropped, iptables, open, sa};
+use support::fixtures::Whitelist;
 use support::{
-    Backend, CONNECT_TIMEOUT, DROP_TIMEOUT, Family, Lab, NflogCapture, Role, addr, ports, replies,
+    Backend, CONNECT_TIMEOUT, DROP_TIMEOUT, Family, Guard, Lab, NflogCapture, Role, addr,
+    backend_tests, check_reachability, dropped, iptables, open, ports, replies, sa,
 };
 
 /// How long to wait for an NFLOG message of a rule with `--nflog-threshold 1`.
 const NFLOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The mission policy with the lab's addresses: two whitelisted sources,
-/// everyone else dropped on NodePort 30008.
-const NODEPORT_WHITELIST: &str = r#"
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: allow-cluster-nodeport-only
-spec:
-  order: 10
-  preDNAT: true
-  applyOnForward: true
-  selector: has(kubernetes.io/hostname)
-  ingress:
-    - action: Allow
-      source:
-        nets: [198.51.100.10/32, 198.51.100.12/32]
-    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [30008]
-"#;
+/// everyone else dropped on NodePort 30008. The selector is the shipped
+/// example's (`policies/nodeport-whitelist.yaml`), not the fixture's `all()`,
+/// so the test of the mission also covers the example's selector.
+fn nodeport_whitelist() -> String {
+    Whitelist::mission()
+        .selector("has(kubernetes.io/hostname)")
+        .yaml()
+}
 
 /// The mission: with the NodePort whitelist applied, whitelisted clients
 /// reach NodePort 30008 through kube-proxy's DNAT, other clients (on-link
@@ -48,7 +37,7 @@ fn nodeport_whitelist_admits_listed_sources_and_logs_the_rest(backend: Backend) 
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
     let log = NflogCapture::start(lab.node(), 1);
-    guard.write_policy("nodeport.yaml", NODEPORT_WHITELIST);
+    guard.write_policy("nodeport.yaml", &nodeport_whitelist());
     guard.apply();
 
     let nodeport = sa(addr::NODE_V4, ports::NODEPORT);
@@ -197,6 +186,7 @@ fn naive_raw_table_whitelist_breaks_node_outbound_connections(backend: Backend) 
 backend_tests!(naive_raw_table_whitelist_breaks_node_outbound_connections);
 
 /// A dual-stack whitelist: one Allow per family, one Deny for both.
+/// (Not the mission fixture: this test needs the IPv6 Allow rule next to it.)
 const DUAL_STACK_WHITELIST: &str = r#"
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy

@@ -60,12 +60,14 @@
 //! }
 //! ```
 //!
-//! To run the real binary on the node, use [`guard::Guard`] (a temporary
-//! config, policy and state directory per test, every command run in the
-//! node namespace with the lab's `--backend`), [`guard::Snapshot`] to compare
-//! kernel state, [`guard::check_reachability`] to run many probes at once and
-//! `guard::backend_tests!` to turn a `fn(Backend)` into a `legacy` and an
-//! `nft` test.
+//! To run the real binary on the node, use [`Guard`] (a temporary config,
+//! policy and state directory per test, every command run in the node
+//! namespace with the lab's `--backend`; `guard.rs`), [`Background`] for a
+//! command it started in the background (`background.rs`), [`Snapshot`] to
+//! compare kernel state (`snapshot.rs`), [`check_reachability`] to run many
+//! probes at once (`reachability.rs`), `backend_tests!` to turn a
+//! `fn(Backend)` into one test per backend (`macros.rs`), and the policies
+//! several tests share, such as the mission policy, from [`fixtures`].
 //!
 //! To run the daemon (`nodeport-guard run`) as a child process in the node
 //! namespace, read its log, signal it and scrape its `/metrics`, use
@@ -124,12 +126,17 @@
 // harness, so unused items are expected and must not fail `-D warnings`.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod background;
 pub mod cmd;
 pub mod daemon;
+pub mod fixtures;
 pub mod guard;
 pub mod lab;
+mod macros;
 pub mod netns;
 pub mod nflog;
+pub mod reachability;
+pub mod snapshot;
 pub mod sock;
 pub mod state;
 
@@ -137,10 +144,14 @@ use std::io::Write;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub use background::Background;
 pub use cmd::CmdOutput;
+pub use guard::{BIN, Guard, NODE_NAME, POLL, SETTLE_TIMEOUT, backend_arg, iptables};
 pub use lab::{Backend, Family, Lab, LabBuilder, Proto, Role, addr, ports, replies};
 pub use netns::{Netns, link_veth};
 pub use nflog::{NflogCapture, NflogEvent};
+pub use reachability::{Expect, Probe, check_reachability, dropped, open, refused, sa};
+pub use snapshot::{Snapshot, assert_same_state, nft_tables};
 pub use sock::{Connect, ConnectError, TcpServer, UdpServer, connect, udp_probe};
 pub use state::{
     conntrack_flush, conntrack_list, ipset_list_names, iptables_save, nft_list_ruleset,
@@ -252,6 +263,8 @@ macro_rules! require_kernel {
     };
 }
 pub(crate) use require_kernel;
+
+pub(crate) use macros::backend_tests;
 
 /// Asserts that `haystack` contains `needle`; `what` names it in the failure message.
 #[track_caller]

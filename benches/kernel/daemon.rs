@@ -1,0 +1,262 @@
+//! Scenarios `reload` and `idle`: the daemon, its reload latency and its cost at rest.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::opts::Opts;
+use crate::policies::{bulk, guard_policy};
+use crate::report::{Report, Target, ms, percentile};
+use crate::signals::REGISTRY;
+use crate::site::Site;
+use crate::support;
+use crate::support::{Backend as LabBackend, Connect, Lab, Netns, Proto, Role, addr};
+use crate::{NODEPORT, TARGET_PORT, bin};
+
+/// A daemon running in a namespace; stopped (SIGTERM, then SIGKILL) on drop.
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+}
+
+impl Daemon {
+    pub(crate) fn start(site: &Site, ns: &Netns) -> Daemon {
+        let log = std::fs::File::create(site.path("daemon.log")).expect("log file");
+        let args = site.args(&["run"]);
+        let child = ns.run(|| {
+            Command::new(bin())
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start the daemon")
+        });
+        REGISTRY.daemon(child.id());
+        Daemon { child }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                REGISTRY.forget(self.child.id());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        REGISTRY.forget(self.child.id());
+    }
+}
+
+/// A lab (client, node, pod) whose node runs a bare server behind a NodePort-style DNAT
+/// `NODE:30008 → NODE:8080`, without any firewall.
+pub(crate) fn nodeport_lab(backend: LabBackend) -> Lab {
+    let mut lab = Lab::builder(backend).standard_services(false).build();
+    let node = SocketAddr::new(addr::NODE_V4.into(), TARGET_PORT);
+    lab.serve_tcp(Role::Node, node, "nodeport-target");
+    lab.add_dnat(Proto::Tcp, NODEPORT, node);
+    lab
+}
+
+pub(crate) fn nodeport() -> SocketAddr {
+    SocketAddr::new(addr::NODE_V4.into(), NODEPORT)
+}
+
+/// Whether a connection from `src` to the NodePort gets through within `timeout` (the
+/// handshake completes; the per-packet sink answers nothing).
+pub(crate) fn passes(lab: &Lab, src: Ipv4Addr, timeout: Duration) -> bool {
+    matches!(
+        Connect::to(nodeport())
+            .from(IpAddr::V4(src))
+            .timeout(timeout)
+            .tcp(lab.client()),
+        Ok(_) | Err(support::ConnectError::NoReply(_))
+    )
+}
+
+pub(crate) fn reload_policy(allowed: Ipv4Addr) -> String {
+    guard_policy(&[format!("{allowed}/32")])
+}
+
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the daemon's first apply guards the NodePort: `allowed` gets through, `denied`
+/// does not.
+pub(crate) fn wait_for_guard(lab: &Lab, allowed: Ipv4Addr, denied: Ipv4Addr) {
+    wait_for("the daemon's first apply", Duration::from_secs(120), || {
+        !passes(lab, denied, Duration::from_millis(50))
+            && passes(lab, allowed, Duration::from_millis(200))
+    });
+}
+
+pub(crate) fn reload_scenario(opts: &Opts, report: &mut Report) {
+    let reloads = opts.runs(100, 20);
+    for &backend in &opts.backends {
+        println!(
+            "reload, {backend:?}: {} policies + the probe policy, debounce 100ms, {reloads} reloads",
+            opts.policies
+        );
+        let lab = nodeport_lab(backend.lab());
+        let site = Site::new(backend, "debounce: 100ms\n");
+        site.write_policy("bulk.yaml", &bulk(opts.policies));
+        let [first, second] = [addr::CLIENT_V4[1], addr::CLIENT_V4[2]];
+        site.write_policy("reload.yaml", &reload_policy(first));
+        let daemon = Daemon::start(&site, lab.node());
+        wait_for_guard(&lab, first, second);
+        let mut latencies = Vec::new();
+        for index in 0..reloads {
+            let allowed = if index % 2 == 0 { second } else { first };
+            let temporary = site.policies().join(".reload.yaml.tmp");
+            std::fs::write(&temporary, reload_policy(allowed)).expect("write");
+            let started = Instant::now();
+            std::fs::rename(&temporary, site.policies().join("reload.yaml")).expect("rename");
+            loop {
+                if passes(&lab, allowed, Duration::from_millis(5)) {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "reload {index} never took effect; see {}",
+                    site.path("daemon.log").display()
+                );
+            }
+            latencies.push(started.elapsed());
+            print!(".");
+            let _ = std::io::stdout().flush();
+            // Let the daemon settle (its verify may still run) before the next change.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        println!();
+        let rss = status_kib(daemon.pid(), "VmRSS:");
+        report.add(
+            "reload",
+            backend.arg(),
+            &format!("rename → effective, p50 ({reloads} reloads)"),
+            ms(percentile(&latencies, 0.5)),
+            "debounce 100 ms".to_owned(),
+            None,
+            Target::None,
+        );
+        report.add(
+            "reload",
+            backend.arg(),
+            &format!("rename → effective, p99 ({reloads} reloads)"),
+            ms(percentile(&latencies, 0.99)),
+            "300 ms".to_owned(),
+            Some(percentile(&latencies, 0.99).as_secs_f64() / 0.3),
+            Target::AtMost(1.0),
+        );
+        report.add(
+            "reload",
+            backend.arg(),
+            "daemon resident memory after the reloads",
+            format!("{:.1} MiB", rss as f64 / 1024.0),
+            "20 MiB".to_owned(),
+            Some(rss as f64 / 1024.0 / 20.0),
+            Target::AtMost(1.0),
+        );
+        drop(daemon);
+    }
+}
+
+/// A `/proc/<pid>/status` figure in KiB (or a count).
+pub(crate) fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(field)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU time of a process so far.
+pub(crate) fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // USER_HZ, the unit of these fields, is 100 on every Linux architecture that matters.
+    Duration::from_millis(ticks * 10)
+}
+
+pub(crate) fn idle_scenario(opts: &Opts, report: &mut Report) {
+    let window = Duration::from_secs(if opts.quick { 15 } else { 60 });
+    for &backend in &opts.backends {
+        println!(
+            "idle, {backend:?}: the daemon at rest with {} policies for {window:?}",
+            opts.policies
+        );
+        let lab = nodeport_lab(backend.lab());
+        let site = Site::new(backend, "debounce: 100ms\n");
+        site.write_policy("bulk.yaml", &bulk(opts.policies));
+        site.write_policy("reload.yaml", &reload_policy(addr::CLIENT_V4[1]));
+        let daemon = Daemon::start(&site, lab.node());
+        wait_for_guard(&lab, addr::CLIENT_V4[1], addr::CLIENT_V4[2]);
+        std::thread::sleep(Duration::from_secs(2));
+        let pid = daemon.pid();
+        let cpu_before = cpu_time(pid);
+        let switches_before = status_kib(pid, "voluntary_ctxt_switches:")
+            + status_kib(pid, "nonvoluntary_ctxt_switches:");
+        std::thread::sleep(window);
+        let cpu = cpu_time(pid).saturating_sub(cpu_before);
+        let switches = (status_kib(pid, "voluntary_ctxt_switches:")
+            + status_kib(pid, "nonvoluntary_ctxt_switches:"))
+        .saturating_sub(switches_before);
+        let rss = status_kib(pid, "VmRSS:");
+        let hwm = status_kib(pid, "VmHWM:");
+        report.add(
+            "idle",
+            backend.arg(),
+            &format!("resident memory at rest, {} policies", opts.policies),
+            format!(
+                "{:.1} MiB (peak {:.1} MiB)",
+                rss as f64 / 1024.0,
+                hwm as f64 / 1024.0
+            ),
+            "20 MiB".to_owned(),
+            Some(rss as f64 / 1024.0 / 20.0),
+            Target::AtMost(1.0),
+        );
+        report.add(
+            "idle",
+            backend.arg(),
+            &format!("CPU over {} idle seconds", window.as_secs()),
+            format!(
+                "{} ({:.3} %; {:.1} wakeups/s)",
+                ms(cpu),
+                cpu.as_secs_f64() / window.as_secs_f64() * 100.0,
+                switches as f64 / window.as_secs_f64()
+            ),
+            "≈ 0 (≤ 0.1 % of one core)".to_owned(),
+            Some(cpu.as_secs_f64() / window.as_secs_f64() * 100.0 / 0.1),
+            Target::AtMost(1.0),
+        );
+        drop(daemon);
+    }
+}
