@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::model::{
-    Action as PolicyAction, EntityRule, Origin, Port, Protocol, Rule as PolicyRule,
+    Action as PolicyAction, EndpointInterface, EntityRule, HostEndpoint, Origin, Policy,
+    PolicyKind, Port, Protocol, Rule as PolicyRule,
 };
 use crate::render::iptables::render_chain;
 use crate::selector::Selector;
