@@ -88,6 +88,53 @@ enum Block {
     None(Vec<Vec<Match>>),
 }
 
+/// The conditions of one policy rule, gathered field by field before they become kernel rules.
+#[derive(Default)]
+struct Conditions {
+    /// What the main rule requires, in the order the policy wrote it.
+    main: Vec<Match>,
+    /// The negated matches, which the main rule requires after the positive ones.
+    negations: Vec<Match>,
+    /// The ORs one kernel rule cannot express, as match blocks ahead of the main rule.
+    blocks: Vec<Block>,
+}
+
+/// The protocol conditions of a rule.
+#[derive(Clone, Copy)]
+struct Protocols {
+    /// `protocol`, as a number.
+    positive: Option<u8>,
+    /// `notProtocol`, as a number, when it says more than `protocol`.
+    negated: Option<u8>,
+}
+
+impl Protocols {
+    /// `notProtocol` next to a different `protocol` says nothing more; next to the same one
+    /// the rule can never match, and this is `None`.
+    fn of(rule: &model::Rule) -> Option<Protocols> {
+        let negated = match (rule.protocol, rule.not_protocol) {
+            (Some(p), Some(n)) if p == n => return None,
+            (Some(_), Some(_)) => None,
+            (None, not_protocol) => not_protocol.map(|p| p.number()),
+            (Some(_), None) => None,
+        };
+        Some(Protocols {
+            positive: rule.protocol.map(|p| p.number()),
+            negated,
+        })
+    }
+}
+
+/// One policy rule being compiled, with what its kernel rules and sets are named and tagged
+/// after.
+struct RuleScope<'r, 'c> {
+    rule: &'r model::Rule,
+    index: usize,
+    context: &'r RuleContext<'c>,
+    /// The comment every kernel rule of this policy rule carries.
+    comment: String,
+}
+
 /// Compiles one rule of a policy for one family. Returns no kernel rules when the rule can
 /// never match in this family.
 pub fn compile_rule(
@@ -99,263 +146,386 @@ pub fn compile_rule(
     if !rule.families().contains(&context.family) {
         return Vec::new();
     }
-    let marks = context.marks;
-    let family = context.family;
-    let comment = rule_comment(
-        context.policy,
-        context.direction,
-        index,
-        &rule
-            .annotations
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<Vec<_>>(),
-    );
-    let set_identity = |what: &str| {
-        format!(
-            "{}/{}/{index}/{what}/{}",
-            context.policy,
-            context.direction,
-            rule_fingerprint(rule, what)
-        )
+    let Some(protocols) = Protocols::of(rule) else {
+        return Vec::new();
     };
-
-    // Protocols: `notProtocol` next to a different `protocol` says nothing more; next to the
-    // same one it can never match.
-    let protocol = rule.protocol.map(|p| p.number());
-    let not_protocol = match (rule.protocol, rule.not_protocol) {
-        (Some(p), Some(n)) if p == n => return Vec::new(),
-        (Some(_), Some(_)) => None,
-        (None, not_protocol) => not_protocol.map(|p| p.number()),
-        (Some(_), None) => None,
-    };
-    let protocol_match = |number: u8| Match::Protocol {
-        number,
-        negated: false,
-    };
-
-    let mut main: Vec<Match> = Vec::new();
-    let mut negations: Vec<Match> = Vec::new();
-    let mut blocks: Vec<Block> = Vec::new();
-    if let Some(number) = protocol {
-        main.push(protocol_match(number));
+    let scope = RuleScope::new(rule, index, context);
+    let mut conditions = Conditions::default();
+    if let Some(number) = protocols.positive {
+        conditions.main.push(protocol_match(number, false));
     }
-
     for (side, entity) in [
         (Side::Source, &rule.source),
         (Side::Destination, &rule.destination),
     ] {
-        let side_word = match side {
-            Side::Source => "source",
-            Side::Destination => "destination",
-        };
-        // Ports: numeric ports in multiport chunks, named ports through address-port sets.
-        let port_alternatives = port_matches(
+        scope.port_conditions(&mut conditions, side, entity, protocols.positive, sets);
+        scope.net_conditions(&mut conditions, side, entity, sets);
+        selector_conditions(&mut conditions, side, entity, sets);
+    }
+    let (mut main, blocks) = scope.finish_conditions(conditions, protocols.negated);
+    let mut out = scope.block_rules(&blocks);
+    if !blocks.is_empty() {
+        main.push(mark_set(context.marks.scratch0));
+    }
+    out.extend(scope.action_rules(main));
+    out
+}
+
+impl<'r, 'c> RuleScope<'r, 'c> {
+    fn new(rule: &'r model::Rule, index: usize, context: &'r RuleContext<'c>) -> Self {
+        let comment = rule_comment(
+            context.policy,
+            context.direction,
+            index,
+            &rule
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<Vec<_>>(),
+        );
+        RuleScope {
+            rule,
+            index,
+            context,
+            comment,
+        }
+    }
+
+    /// The identity of a set made from one of the rule's net lists (`what` is
+    /// `<side>.<field>`).
+    fn set_identity(&self, what: &str) -> String {
+        format!(
+            "{}/{}/{}/{what}/{}",
+            self.context.policy,
+            self.context.direction,
+            self.index,
+            rule_fingerprint(self.rule, what)
+        )
+    }
+
+    /// A kernel rule with this policy rule's comment.
+    fn tag(&self, rule: Rule) -> Rule {
+        rule.comment(self.comment.clone())
+    }
+
+    /// `ports` and `notPorts` of one side: numeric ports in multiport chunks, named ports
+    /// through address-port sets. Several alternatives make a block; every `notPorts` chunk
+    /// must fail, so they are ANDed in the main rule.
+    fn port_conditions(
+        &self,
+        conditions: &mut Conditions,
+        side: Side,
+        entity: &model::EntityRule,
+        protocol: Option<u8>,
+        sets: &mut SetRegistry<'_>,
+    ) {
+        let word = side_word(side);
+        let selector = entity.selector.as_ref();
+        let purpose = format!("{word} ports");
+        let alternatives = port_matches(
             &entity.ports,
             side,
             protocol,
             false,
-            entity.selector.as_ref(),
+            selector,
             sets,
-            &format!("{side_word} ports"),
+            &purpose,
         );
-        match port_alternatives.len() {
+        match alternatives.len() {
             0 => {}
-            1 => main.extend(
-                port_alternatives
-                    .into_iter()
-                    .flatten()
-                    .filter(|m| !matches!(m, Match::Protocol { .. })),
-            ),
-            _ => blocks.push(Block::Any(port_alternatives)),
+            1 => conditions.main.extend(without_protocol(alternatives)),
+            _ => conditions.blocks.push(Block::Any(alternatives)),
         }
-        // notPorts: every chunk must fail, so they are ANDed in the main rule.
-        negations.extend(
-            port_matches(
-                &entity.not_ports,
-                side,
-                protocol,
-                true,
-                entity.selector.as_ref(),
-                sets,
-                &format!("{side_word} notPorts"),
-            )
-            .into_iter()
-            .flatten()
-            .filter(|m| !matches!(m, Match::Protocol { .. })),
+        let purpose = format!("{word} notPorts");
+        let negated = port_matches(
+            &entity.not_ports,
+            side,
+            protocol,
+            true,
+            selector,
+            sets,
+            &purpose,
         );
+        conditions.negations.extend(without_protocol(negated));
+    }
 
-        // Nets: one kernel rule holds one `-s`/`-d`, so several nets are alternatives of a
-        // block; long lists become a set.
+    /// `nets` and `notNets` of one side: one kernel rule holds one `-s`/`-d`, so several nets
+    /// are alternatives of a block; long lists become a set.
+    fn net_conditions(
+        &self,
+        conditions: &mut Conditions,
+        side: Side,
+        entity: &model::EntityRule,
+        sets: &mut SetRegistry<'_>,
+    ) {
+        let family = self.context.family;
         let nets = inline_nets(&entity.nets, family);
         let not_nets = inline_nets(&entity.not_nets, family);
-        let purpose = |what: &str| {
-            format!(
-                "{side_word} {what} of policy {} {} rule {index}",
-                context.policy, context.direction
-            )
-        };
         let positive_inline = nets.len() <= INLINE_NETS_MAX && !nets.is_empty();
         if nets.len() > INLINE_NETS_MAX {
-            let name = sets.nets(
-                &set_identity(&format!("{side_word}.nets")),
-                &nets,
-                &purpose("nets"),
-            );
-            main.push(set_match(side, name, SetLookup::Address, false));
+            let name = self.net_set(side, "nets", &nets, sets);
+            conditions
+                .main
+                .push(set_match(side, name, SetLookup::Address, false));
         } else if nets.len() == 1 {
-            main.push(net_match(side, nets[0], false));
+            conditions.main.push(net_match(side, nets[0], false));
         } else if nets.len() > 1 {
-            blocks.push(Block::Any(
-                nets.iter()
-                    .map(|net| vec![net_match(side, *net, false)])
-                    .collect(),
-            ));
+            conditions
+                .blocks
+                .push(Block::Any(net_alternatives(&nets, side)));
         }
         if not_nets.len() > INLINE_NETS_MAX {
-            let name = sets.nets(
-                &set_identity(&format!("{side_word}.notNets")),
-                &not_nets,
-                &purpose("notNets"),
-            );
-            negations.push(set_match(side, name, SetLookup::Address, true));
+            let name = self.net_set(side, "notNets", &not_nets, sets);
+            conditions
+                .negations
+                .push(set_match(side, name, SetLookup::Address, true));
         } else if not_nets.len() == 1 && !positive_inline {
-            negations.push(net_match(side, not_nets[0], true));
+            conditions
+                .negations
+                .push(net_match(side, not_nets[0], true));
         } else if !not_nets.is_empty() {
-            blocks.push(Block::None(
-                not_nets
-                    .iter()
-                    .map(|net| vec![net_match(side, *net, false)])
-                    .collect(),
-            ));
-        }
-        if let Some(selector) = &entity.selector {
-            let name = sets.selector(selector);
-            main.push(set_match(side, name, SetLookup::Address, false));
-        }
-        if let Some(selector) = &entity.not_selector {
-            let name = sets.selector(selector);
-            negations.push(set_match(side, name, SetLookup::Address, true));
+            conditions
+                .blocks
+                .push(Block::None(net_alternatives(&not_nets, side)));
         }
     }
 
-    if let Some(icmp) = rule.icmp {
-        main.push(icmp_match(family, icmp, false));
-    }
-    if let Some(number) = not_protocol {
-        negations.insert(
-            0,
-            Match::Protocol {
-                number,
-                negated: true,
-            },
+    /// The set of one side's net list (`what` is `nets` or `notNets`); returns its name.
+    fn net_set(
+        &self,
+        side: Side,
+        what: &str,
+        nets: &[IpNet],
+        sets: &mut SetRegistry<'_>,
+    ) -> String {
+        let word = side_word(side);
+        let purpose = format!(
+            "{word} {what} of policy {} {} rule {}",
+            self.context.policy, self.context.direction, self.index
         );
+        sets.nets(
+            &self.set_identity(&format!("{word}.{what}")),
+            nets,
+            &purpose,
+        )
     }
-    if let Some(icmp) = rule.not_icmp {
-        negations.push(icmp_match(family, icmp, true));
-    }
-    main.extend(negations);
 
-    let mut out: Vec<Rule> = Vec::new();
-    let tag = |rule: Rule| rule.comment(comment.clone());
-    // The first `Any` block can only *set* scratch0 (it starts the AND chain from 0), so every
-    // `Any` block must come before any `None` block, whichever side each came from: a source
-    // `notNets` block ahead of a destination `nets` block would otherwise be overridden by it,
-    // and the destination condition would never be required. AND is commutative; the sort is
-    // stable, so the rules read in the order the policy wrote its conditions.
-    blocks.sort_by_key(|block| matches!(block, Block::None(_)));
-    if let Some(first) = blocks.first() {
+    /// The main rule's matches once every field is in: the positive ones, `icmp`, then the
+    /// negations with `notProtocol` first and `notICMP` last. Returns them with the blocks,
+    /// every `Any` block ahead of every `None` block.
+    fn finish_conditions(
+        &self,
+        conditions: Conditions,
+        not_protocol: Option<u8>,
+    ) -> (Vec<Match>, Vec<Block>) {
+        let family = self.context.family;
+        let Conditions {
+            mut main,
+            negations,
+            mut blocks,
+        } = conditions;
+        if let Some(icmp) = self.rule.icmp {
+            main.push(icmp_match(family, icmp, false));
+        }
+        if let Some(number) = not_protocol {
+            main.push(protocol_match(number, true));
+        }
+        main.extend(negations);
+        if let Some(icmp) = self.rule.not_icmp {
+            main.push(icmp_match(family, icmp, true));
+        }
+        // The first `Any` block can only *set* scratch0 (it starts the AND chain from 0), so
+        // every `Any` block must come before any `None` block, whichever side each came from:
+        // a source `notNets` block ahead of a destination `nets` block would otherwise be
+        // overridden by it, and the destination condition would never be required. AND is
+        // commutative; the sort is stable, so the rules read in the order the policy wrote
+        // its conditions.
+        blocks.sort_by_key(|block| matches!(block, Block::None(_)));
+        (main, blocks)
+    }
+
+    /// The match blocks ahead of the main rule, which then requires scratch0: the first `Any`
+    /// block sets scratch0, each later `Any` block sets scratch1 and ANDs it into scratch0,
+    /// and each `None` block clears scratch0. No rules when there are no blocks.
+    fn block_rules(&self, blocks: &[Block]) -> Vec<Rule> {
+        let marks = self.context.marks;
+        let Some(first) = blocks.first() else {
+            return Vec::new();
+        };
         let initial = match first {
             Block::Any(_) => 0,
             Block::None(_) => marks.scratch0,
         };
-        out.push(tag(Rule::new(
+        let mut out = vec![self.tag(Rule::new(
             Vec::new(),
             Action::SetMark {
                 value: initial,
                 mask: marks.scratch(),
             },
-        )));
+        ))];
         let mut any_blocks_seen = 0;
-        for block in &blocks {
+        for block in blocks {
             match block {
                 Block::Any(alternatives) => {
-                    if any_blocks_seen == 0 {
-                        for alternative in alternatives {
-                            out.push(tag(Rule::new(alternative.clone(), set_bit(marks.scratch0))));
-                        }
-                    } else {
-                        if any_blocks_seen > 1 {
-                            out.push(tag(Rule::new(Vec::new(), clear_bits(marks.scratch1))));
-                        }
-                        for alternative in alternatives {
-                            out.push(tag(Rule::new(alternative.clone(), set_bit(marks.scratch1))));
-                        }
-                        // AND this block's result into scratch0.
-                        out.push(tag(Rule::new(
-                            vec![mark_clear(marks.scratch1)],
-                            clear_bits(marks.scratch0),
-                        )));
-                    }
+                    out.extend(self.any_block_rules(alternatives, any_blocks_seen));
                     any_blocks_seen += 1;
                 }
                 Block::None(alternatives) => {
                     for alternative in alternatives {
-                        out.push(tag(Rule::new(
-                            alternative.clone(),
-                            clear_bits(marks.scratch0),
-                        )));
+                        out.push(
+                            self.tag(Rule::new(alternative.clone(), clear_bits(marks.scratch0))),
+                        );
                     }
                 }
             }
         }
-        main.push(mark_set(marks.scratch0));
+        out
     }
 
-    let origin = RuleOrigin {
-        policy: context.policy.to_owned(),
-        direction: context.direction,
-        rule_index: index,
-    };
-    let log = |letter: char| Action::Nflog {
-        group: context.nflog_group,
-        prefix: nflog_prefix(letter, context.direction, Some(index), context.policy),
-    };
-    let mut verdict = |bit: u32, letter: char, logged: bool, last: Action| {
-        let mut main_rule = tag(Rule::new(main.clone(), set_bit(bit)));
-        main_rule.origin = Some(origin.clone());
-        out.push(main_rule);
-        if logged {
-            out.push(tag(Rule::new(vec![mark_set(bit)], log(letter))));
+    /// The rules of one `Any` block, `earlier` being the number of `Any` blocks before it.
+    fn any_block_rules(&self, alternatives: &[Vec<Match>], earlier: usize) -> Vec<Rule> {
+        let marks = self.context.marks;
+        let mut out = Vec::new();
+        if earlier == 0 {
+            for alternative in alternatives {
+                out.push(self.tag(Rule::new(alternative.clone(), set_bit(marks.scratch0))));
+            }
+            return out;
         }
-        out.push(tag(Rule::new(vec![mark_set(bit)], last)));
-    };
-    match rule.action {
-        model::Action::Allow => verdict(
-            marks.accept,
-            'A',
-            context.log_actions.contains(&model::Action::Allow),
-            Action::Return,
-        ),
-        model::Action::Pass => verdict(
-            marks.pass,
-            'P',
-            context.log_actions.contains(&model::Action::Pass),
-            Action::Return,
-        ),
-        model::Action::Deny => verdict(
-            marks.drop,
-            'D',
-            context.log_actions.contains(&model::Action::Deny),
-            Action::Drop,
-        ),
-        model::Action::Log => {
-            let mut log_rule = tag(Rule::new(main.clone(), log('L')));
-            log_rule.origin = Some(origin);
-            out.push(log_rule);
+        if earlier > 1 {
+            out.push(self.tag(Rule::new(Vec::new(), clear_bits(marks.scratch1))));
+        }
+        for alternative in alternatives {
+            out.push(self.tag(Rule::new(alternative.clone(), set_bit(marks.scratch1))));
+        }
+        // AND this block's result into scratch0.
+        out.push(self.tag(Rule::new(
+            vec![mark_clear(marks.scratch1)],
+            clear_bits(marks.scratch0),
+        )));
+        out
+    }
+
+    /// The main rule and what follows it for the rule's action: the verdict's mark bit, the
+    /// log when the action logs, and the return or drop.
+    fn action_rules(&self, main: Vec<Match>) -> Vec<Rule> {
+        let marks = self.context.marks;
+        let logs = |action: model::Action| self.context.log_actions.contains(&action);
+        match self.rule.action {
+            model::Action::Allow => self.verdict(
+                main,
+                marks.accept,
+                'A',
+                logs(model::Action::Allow),
+                Action::Return,
+            ),
+            model::Action::Pass => self.verdict(
+                main,
+                marks.pass,
+                'P',
+                logs(model::Action::Pass),
+                Action::Return,
+            ),
+            model::Action::Deny => self.verdict(
+                main,
+                marks.drop,
+                'D',
+                logs(model::Action::Deny),
+                Action::Drop,
+            ),
+            model::Action::Log => vec![self.main_rule(main, self.log('L'))],
         }
     }
-    out
+
+    /// The main rule setting `bit`, then (if `logged`) the log and `last`, both on `bit`.
+    fn verdict(
+        &self,
+        main: Vec<Match>,
+        bit: u32,
+        letter: char,
+        logged: bool,
+        last: Action,
+    ) -> Vec<Rule> {
+        let mut out = vec![self.main_rule(main, set_bit(bit))];
+        if logged {
+            out.push(self.tag(Rule::new(vec![mark_set(bit)], self.log(letter))));
+        }
+        out.push(self.tag(Rule::new(vec![mark_set(bit)], last)));
+        out
+    }
+
+    /// The main rule: the one that carries the rule's origin, for `explain` and the counters.
+    fn main_rule(&self, main: Vec<Match>, action: Action) -> Rule {
+        let mut rule = self.tag(Rule::new(main, action));
+        rule.origin = Some(RuleOrigin {
+            policy: self.context.policy.to_owned(),
+            direction: self.context.direction,
+            rule_index: self.index,
+        });
+        rule
+    }
+
+    /// The NFLOG action of this rule with the letter of its action.
+    fn log(&self, letter: char) -> Action {
+        Action::Nflog {
+            group: self.context.nflog_group,
+            prefix: nflog_prefix(
+                letter,
+                self.context.direction,
+                Some(self.index),
+                self.context.policy,
+            ),
+        }
+    }
+}
+
+/// `selector` and `notSelector` of one side, as address sets.
+fn selector_conditions(
+    conditions: &mut Conditions,
+    side: Side,
+    entity: &model::EntityRule,
+    sets: &mut SetRegistry<'_>,
+) {
+    if let Some(selector) = &entity.selector {
+        let name = sets.selector(selector);
+        conditions
+            .main
+            .push(set_match(side, name, SetLookup::Address, false));
+    }
+    if let Some(selector) = &entity.not_selector {
+        let name = sets.selector(selector);
+        conditions
+            .negations
+            .push(set_match(side, name, SetLookup::Address, true));
+    }
+}
+
+/// The word for a side in set purposes and identities.
+fn side_word(side: Side) -> &'static str {
+    match side {
+        Side::Source => "source",
+        Side::Destination => "destination",
+    }
+}
+
+/// The matches of port alternatives without the protocol match each starts with (the main
+/// rule has its own).
+fn without_protocol(alternatives: Vec<Vec<Match>>) -> impl Iterator<Item = Match> {
+    alternatives
+        .into_iter()
+        .flatten()
+        .filter(|m| !matches!(m, Match::Protocol { .. }))
+}
+
+/// One alternative per net, for a block.
+fn net_alternatives(nets: &[IpNet], side: Side) -> Vec<Vec<Match>> {
+    nets.iter()
+        .map(|net| vec![net_match(side, *net, false)])
+        .collect()
+}
+
+fn protocol_match(number: u8, negated: bool) -> Match {
+    Match::Protocol { number, negated }
 }
 
 /// The nets of one family as the user listed them, without repeats. (Sets merge them further;

@@ -4,7 +4,8 @@
 use super::*;
 use crate::dataplane::iptables::render::render_chain;
 use crate::model::{
-    Action as PolicyAction, EntityRule, Origin, Port, Protocol, Rule as PolicyRule,
+    Action as PolicyAction, EndpointInterface, EntityRule, HostEndpoint, Origin, Policy,
+    PolicyKind, Port, Protocol, Rule as PolicyRule,
 };
 use crate::selector::Selector;
 use crate::source::{FileId, Span};

@@ -1,0 +1,208 @@
+//! One endpoint's chain on one path, as in Felix's `endpoints.go`: drop what conntrack finds
+//! invalid, run the failsafe chain, clear the accept and pass bits, jump to each policy of the
+//! tier, end the tier with its default deny, and end the chain with the profile's verdict.
+
+use super::binding::{Binding, Path};
+use super::rules::{self, clear_bits, mark_clear, mark_set, set_bit};
+use super::sets::SetRegistry;
+use super::{Compiler, TableBuilder};
+use crate::config::Failsafe;
+use crate::model::{self, Direction, IpFamily};
+use crate::ruleset::{Action, Chain, CtState, Match, PortRange, Rule, Side, Table};
+
+impl Compiler<'_> {
+    /// The chain of one endpoint on one path, named `name`; adds the failsafe and policy chains
+    /// it jumps to.
+    pub(super) fn endpoint_chain(
+        &self,
+        family: IpFamily,
+        path: Path,
+        binding: &Binding<'_>,
+        name: &str,
+        builder: &mut TableBuilder,
+        sets: &mut SetRegistry<'_>,
+    ) -> Chain {
+        let marks = self.marks;
+        let mut rules = Vec::new();
+        if matches!(
+            path,
+            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
+        ) {
+            rules.push(
+                Rule::new(vec![Match::Conntrack(CtState::Invalid)], Action::Drop)
+                    .comment("drop packets conntrack finds invalid"),
+            );
+        }
+        if !matches!(path, Path::ForwardIn | Path::ForwardOut) {
+            let failsafe = self.failsafe_chain(family, path, builder);
+            rules.push(Rule::new(Vec::new(), Action::Jump(failsafe)).comment("failsafe ports"));
+            rules.push(
+                Rule::new(vec![mark_set(marks.accept)], Action::Return)
+                    .comment("allowed as a failsafe port"),
+            );
+        }
+        rules.push(Rule::new(Vec::new(), clear_bits(marks.accept | marks.pass)));
+        let policies = path.policies(binding);
+        if !policies.is_empty() {
+            rules.push(
+                Rule::new(Vec::new(), clear_bits(marks.pass)).comment("Start of tier default"),
+            );
+            let policy_rules = self.policy_section(family, path, policies, builder, sets);
+            rules.extend(policy_rules);
+            if matches!(
+                path,
+                Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
+            ) {
+                rules.extend(self.end_of_tier(path.direction()));
+            }
+        }
+        if matches!(path, Path::NormalIn | Path::NormalOut) {
+            rules.extend(self.end_of_profiles(path.direction(), binding.endpoint.default_allow));
+        }
+        Chain {
+            name: name.to_owned(),
+            rules,
+        }
+    }
+
+    /// The end of the tier: what no policy passed is dropped (and logged first, if denials
+    /// log).
+    fn end_of_tier(&self, direction: Direction) -> Vec<Rule> {
+        let marks = self.marks;
+        let mut rules = Vec::new();
+        if self.config.log_actions.contains(&model::Action::Deny) {
+            rules.push(
+                Rule::new(
+                    vec![mark_clear(marks.pass)],
+                    Action::Nflog {
+                        group: self.nflog_group(direction),
+                        prefix: rules::nflog_prefix('D', direction, None, "default"),
+                    },
+                )
+                .comment("End of tier default: log"),
+            );
+        }
+        rules.push(
+            Rule::new(vec![mark_clear(marks.pass)], Action::Drop)
+                .comment("End of tier default. Drop if no policies passed packet"),
+        );
+        rules
+    }
+
+    /// The end of the chain of the host's own traffic: the allow-all profile returns, and
+    /// without it Calico drops (and logs first, if denials log).
+    fn end_of_profiles(&self, direction: Direction, default_allow: bool) -> Vec<Rule> {
+        if default_allow {
+            return vec![
+                Rule::new(Vec::new(), Action::Return)
+                    .comment("allowed by profile projectcalico-default-allow"),
+            ];
+        }
+        let mut rules = Vec::new();
+        if self.config.log_actions.contains(&model::Action::Deny) {
+            let letter = match direction {
+                Direction::Ingress => "DRI",
+                Direction::Egress => "DRE",
+            };
+            rules.push(
+                Rule::new(
+                    Vec::new(),
+                    Action::Nflog {
+                        group: self.nflog_group(direction),
+                        prefix: letter.to_owned(),
+                    },
+                )
+                .comment("Drop if no profiles matched: log"),
+            );
+        }
+        rules.push(Rule::new(Vec::new(), Action::Drop).comment("Drop if no profiles matched"));
+        rules
+    }
+
+    /// The failsafe chain for a path's table and direction; returns its name.
+    fn failsafe_chain(&self, family: IpFamily, path: Path, builder: &mut TableBuilder) -> String {
+        let direction = path.direction();
+        let name = match direction {
+            Direction::Ingress => "npg-failsafe-in",
+            Direction::Egress => "npg-failsafe-out",
+        };
+        if builder.has(name) {
+            return name.to_owned();
+        }
+        let accept = set_bit(self.marks.accept);
+        let entry = |failsafe: &Failsafe, port_side: Side, net_side: Side| {
+            failsafe_rule(family, failsafe, port_side, net_side, &accept)
+        };
+        // The ports of this direction, matched on their destination; the peer net is the
+        // source inbound and the destination outbound.
+        let (own, reverse, net_side) = match direction {
+            Direction::Ingress => (
+                &self.config.failsafe_inbound,
+                &self.config.failsafe_outbound,
+                Side::Source,
+            ),
+            Direction::Egress => (
+                &self.config.failsafe_outbound,
+                &self.config.failsafe_inbound,
+                Side::Destination,
+            ),
+        };
+        let mut rules: Vec<Rule> = own
+            .iter()
+            .filter_map(|f| entry(f, Side::Destination, net_side))
+            .collect();
+        // Untracked traffic has no conntrack to let replies back: in raw, the replies of the
+        // other direction's failsafe connections (matched on their source port) pass too.
+        if path.table() == Table::Raw {
+            rules.extend(
+                reverse
+                    .iter()
+                    .filter_map(|f| entry(f, Side::Source, net_side)),
+            );
+        }
+        builder.add(Chain {
+            name: name.to_owned(),
+            rules,
+        });
+        name.to_owned()
+    }
+}
+
+/// The rule of a failsafe chain for one failsafe port, its port matched on `port_side` and its
+/// net (if any) on `net_side`; `None` when its net is of the other family.
+fn failsafe_rule(
+    family: IpFamily,
+    failsafe: &Failsafe,
+    port_side: Side,
+    net_side: Side,
+    accept: &Action,
+) -> Option<Rule> {
+    if failsafe
+        .net
+        .is_some_and(|net| IpFamily::of_net(&net) != family)
+    {
+        return None;
+    }
+    let mut matches = vec![
+        Match::Protocol {
+            number: failsafe.protocol.number(),
+            negated: false,
+        },
+        Match::Ports {
+            side: port_side,
+            ports: vec![PortRange {
+                first: failsafe.port,
+                last: failsafe.port,
+            }],
+            negated: false,
+        },
+    ];
+    if let Some(net) = failsafe.net {
+        matches.push(Match::Net {
+            side: net_side,
+            net,
+            negated: false,
+        });
+    }
+    Some(Rule::new(matches, accept.clone()))
+}
