@@ -338,33 +338,56 @@ pub fn parse(file: FileId, source: &SourceFile) -> (Config, Vec<Diagnostic>) {
     check(file, raw)
 }
 
-fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
-    let mut config = Config::default();
-    let mut errors = Vec::new();
-    let mut error = |span, message: String, help: &str| {
-        let diagnostic = Diagnostic::error(file, span, message);
-        errors.push(if help.is_empty() {
+/// The errors found while checking a config file.
+struct Errors {
+    file: FileId,
+    list: Vec<Diagnostic>,
+}
+
+impl Errors {
+    fn error(&mut self, span: crate::source::Span, message: String, help: &str) {
+        let diagnostic = Diagnostic::error(self.file, span, message);
+        self.list.push(if help.is_empty() {
             diagnostic
         } else {
             diagnostic.with_help(help)
         });
-    };
+    }
+}
 
-    if let Some(dir) = raw.policies_dir {
+fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
+    let mut config = Config::default();
+    let mut errors = Errors {
+        file,
+        list: Vec::new(),
+    };
+    check_rules(&raw, &mut config, &mut errors);
+    check_failsafes(&raw, &mut config, &mut errors);
+    check_host(&raw, &mut config, &mut errors);
+    check_daemon(&raw, &mut config, &mut errors);
+    let mut errors = errors.list;
+    crate::diagnostic::sort(&mut errors);
+    (config, errors)
+}
+
+/// Where policies come from and how they become kernel rules: `policiesDir`, `backend`,
+/// `markMask`, the NFLOG groups and `logActions`.
+fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
+    if let Some(dir) = &raw.policies_dir {
         if dir.value.is_empty() {
-            error(
+            errors.error(
                 dir.span,
                 "`policiesDir` is empty".into(),
                 "name a directory, for example `/etc/nodeport-guard/policies`",
             );
         } else {
-            config.policies_dir = PathBuf::from(dir.value);
+            config.policies_dir = PathBuf::from(&dir.value);
         }
     }
-    if let Some(backend) = raw.backend {
+    if let Some(backend) = &raw.backend {
         match BackendChoice::parse(&backend.value) {
             Some(choice) => config.backend = choice,
-            None => error(
+            None => errors.error(
                 backend.span,
                 format!("unknown backend `{}`", backend.value),
                 &format!(
@@ -377,10 +400,10 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             ),
         }
     }
-    if let Some(mask) = raw.mark_mask {
+    if let Some(mask) = &raw.mark_mask {
         match parse_mark_mask(&mask.value) {
             Ok(value) => config.mark_mask = value,
-            Err(message) => error(
+            Err(message) => errors.error(
                 mask.span,
                 message,
                 "the default `0xffff0000` suits most hosts",
@@ -388,9 +411,9 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
         }
     }
     for (raw_group, target, name) in [
-        (raw.nflog_group, &mut config.nflog_group, "nflogGroup"),
+        (&raw.nflog_group, &mut config.nflog_group, "nflogGroup"),
         (
-            raw.nflog_group_egress,
+            &raw.nflog_group_egress,
             &mut config.nflog_group_egress,
             "nflogGroupEgress",
         ),
@@ -398,7 +421,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
         if let Some(group) = raw_group {
             match u16::try_from(group.value) {
                 Ok(value) => *target = value,
-                Err(_) => error(
+                Err(_) => errors.error(
                     group.span,
                     format!(
                         "`{name}` must be an NFLOG group between 0 and 65535, not `{}`",
@@ -409,9 +432,9 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             }
         }
     }
-    if let Some(actions) = raw.log_actions {
+    if let Some(actions) = &raw.log_actions {
         config.log_actions.clear();
-        for action in actions.value {
+        for action in &actions.value {
             match action.value.as_str() {
                 "Allow" => {
                     config.log_actions.insert(Action::Allow);
@@ -422,7 +445,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
                 "Pass" => {
                     config.log_actions.insert(Action::Pass);
                 }
-                other => error(
+                other => errors.error(
                     action.span,
                     format!("unknown log action `{other}`"),
                     "write any of `Allow`, `Deny`, `Pass` (a `Log` rule always logs)",
@@ -430,24 +453,28 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             }
         }
     }
+}
+
+/// `failsafeInbound` and `failsafeOutbound`.
+fn check_failsafes(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     for (raw_list, target, name) in [
         (
-            raw.failsafe_inbound,
+            &raw.failsafe_inbound,
             &mut config.failsafe_inbound,
             "failsafeInbound",
         ),
         (
-            raw.failsafe_outbound,
+            &raw.failsafe_outbound,
             &mut config.failsafe_outbound,
             "failsafeOutbound",
         ),
     ] {
         if let Some(list) = raw_list {
             target.clear();
-            for entry in list.value {
+            for entry in &list.value {
                 match check_failsafe(&entry.value) {
                     Ok(failsafe) => target.push(failsafe),
-                    Err((span, message)) => error(
+                    Err((span, message)) => errors.error(
                         span.unwrap_or(entry.span),
                         format!("`{name}`: {message}"),
                         "write entries as `{protocol: tcp, port: 22}`, optionally with `net: 192.0.2.0/24`",
@@ -456,32 +483,38 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             }
         }
     }
-    if let Some(name) = raw.node_name {
+}
+
+/// What the host is: `nodeName`, `hostLabels`, `hostInterfaceExclude`, `ipv6`.
+fn check_host(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
+    if let Some(name) = &raw.node_name {
         if crate::validate::is_subdomain(&name.value) {
-            config.node_name = Some(name.value);
+            config.node_name = Some(name.value.clone());
         } else {
-            error(
+            errors.error(
                 name.span,
                 format!("`nodeName` `{}` is not a valid node name", name.value),
                 "node names are lowercase letters, digits, `-` and `.`",
             );
         }
     }
-    if let Some(labels) = raw.host_labels {
-        for (key, value) in labels.value {
+    if let Some(labels) = &raw.host_labels {
+        for (key, value) in &labels.value {
             if let Some(message) = crate::validate::label_key_problem(&key.value) {
-                error(key.span, message, "");
+                errors.error(key.span, message, "");
             } else if let Some(message) = crate::validate::label_value_problem(&value.value) {
-                error(value.span, message, "");
+                errors.error(value.span, message, "");
             } else {
-                config.host_labels.insert(key.value, value.value);
+                config
+                    .host_labels
+                    .insert(key.value.clone(), value.value.clone());
             }
         }
     }
-    if let Some(pattern) = raw.host_interface_exclude {
+    if let Some(pattern) = &raw.host_interface_exclude {
         match Regex::new(&pattern.value) {
             Ok(regex) => config.host_interface_exclude = regex,
-            Err(problem) => error(
+            Err(problem) => errors.error(
                 pattern.span,
                 format!(
                     "`hostInterfaceExclude` is not a valid regex: {}",
@@ -491,27 +524,31 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             ),
         }
     }
-    if let Some(ipv6) = raw.ipv6 {
+    if let Some(ipv6) = &raw.ipv6 {
         match &ipv6.value {
             RawBoolOrAuto::Bool(true) => config.ipv6 = Ipv6Mode::Enabled,
             RawBoolOrAuto::Bool(false) => config.ipv6 = Ipv6Mode::Disabled,
             RawBoolOrAuto::Text(text) if text == "auto" => config.ipv6 = Ipv6Mode::Auto,
-            RawBoolOrAuto::Text(text) => error(
+            RawBoolOrAuto::Text(text) => errors.error(
                 ipv6.span,
                 format!("`ipv6` must be `auto`, `true` or `false`, not `{text}`"),
                 "",
             ),
         }
     }
+}
+
+/// How the daemon runs: `resyncInterval`, `debounce`, `allowEmpty`, `metricsAddress`.
+fn check_daemon(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     for (raw_duration, target, name, minimum) in [
         (
-            raw.resync_interval,
+            &raw.resync_interval,
             &mut config.resync_interval,
             "resyncInterval",
             Duration::from_millis(100),
         ),
         (
-            raw.debounce,
+            &raw.debounce,
             &mut config.debounce,
             "debounce",
             Duration::ZERO,
@@ -520,7 +557,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
         if let Some(text) = raw_duration {
             match humantime::parse_duration(&text.value) {
                 Ok(duration) if duration >= minimum => *target = duration,
-                Ok(_) => error(
+                Ok(_) => errors.error(
                     text.span,
                     format!(
                         "`{name}` must be at least {}",
@@ -528,7 +565,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
                     ),
                     "",
                 ),
-                Err(problem) => error(
+                Err(problem) => errors.error(
                     text.span,
                     format!("`{name}` is not a duration: {problem}"),
                     "write a duration such as `90s`, `200ms` or `5m`",
@@ -536,13 +573,13 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             }
         }
     }
-    if let Some(allow) = raw.allow_empty {
+    if let Some(allow) = &raw.allow_empty {
         config.allow_empty = allow.value;
     }
-    if let Some(address) = raw.metrics_address {
+    if let Some(address) = &raw.metrics_address {
         match address.value.parse::<SocketAddr>() {
             Ok(parsed) => config.metrics_address = Some(parsed),
-            Err(_) => error(
+            Err(_) => errors.error(
                 address.span,
                 format!(
                     "`metricsAddress` `{}` is not an address and port",
@@ -552,8 +589,6 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
             ),
         }
     }
-    crate::diagnostic::sort(&mut errors);
-    (config, errors)
 }
 
 fn check_failsafe(raw: &RawFailsafe) -> Result<Failsafe, (Option<crate::source::Span>, String)> {

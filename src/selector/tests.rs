@@ -334,6 +334,7 @@ fn api_helpers() {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one table of cases, one loop")]
 fn errors() {
     let long_label = "k".repeat(MAX_LABEL_LEN + 1);
     let longest_label = format!("{} == 'x'", "k".repeat(MAX_LABEL_LEN));

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+pub mod parse;
 pub mod render;
 
 use super::runner::joined;
@@ -12,11 +13,8 @@ use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction};
 use crate::ruleset::{Rule, Ruleset, Table};
 use crate::state::Spelling;
-use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
-use render::{
-    TABLE, base_chain_name, chain_name, element_commands, family_name, hook_identity,
-    set_declaration,
-};
+use crate::state::State;
+use render::{TABLE, base_chain_name, chain_name, element_commands, family_name, set_declaration};
 
 /// Native nftables: our own `nodeport_guard` tables, written with `nft -f`.
 #[derive(Debug)]
@@ -140,269 +138,9 @@ fn observe_families(
             run_checked(dataplane.runner, "nft", &list(family), None)?;
             continue;
         }
-        parse_listing(&output.stdout, family, &mut state);
+        parse::parse_listing(&output.stdout, family, &mut state);
     }
     Ok(state)
-}
-
-/// `counter packets 3 bytes 180 …` → `counter …`.
-fn without_counter_values(body: &str) -> String {
-    let words: Vec<&str> = body.split(' ').collect();
-    let mut out: Vec<&str> = Vec::with_capacity(words.len());
-    let mut index = 0;
-    while index < words.len() {
-        out.push(words[index]);
-        if words[index] == "counter"
-            && words.get(index + 1) == Some(&"packets")
-            && words.get(index + 3) == Some(&"bytes")
-        {
-            index += 5;
-        } else {
-            index += 1;
-        }
-    }
-    out.join(" ")
-}
-
-/// Splits an nft chain name into the iptables table it stands for and our chain name.
-fn split_chain(name: &str) -> (Table, String) {
-    for table in Table::ALL {
-        if let Some(rest) = name.strip_prefix(&format!("{table}-")) {
-            return (table, rest.to_owned());
-        }
-    }
-    // Not a name we write: file it under filter so the plan removes it.
-    (Table::Filter, name.to_owned())
-}
-
-fn hash_of_comment(comment: Option<&str>) -> Option<String> {
-    let text = comment?.strip_prefix(crate::state::HASH_PREFIX)?;
-    let hash: String = text
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-        .collect();
-    (!hash.is_empty()).then_some(hash)
-}
-
-/// One rule of a listing.
-struct ListedRule<'a> {
-    chain: &'a str,
-    handle: u64,
-    body: &'a str,
-    comment: Option<&'a str>,
-    counters: Option<Counters>,
-    target: Option<&'a str>,
-}
-
-/// A base chain of a listing: name, hook, priority, policy.
-type BaseChain<'a> = (&'a str, &'a str, i64, &'a str);
-
-/// Turns an `nft -y -a list table` listing of our table (numeric priorities, rule handles,
-/// set elements) into our state. Rules of ours carry the command that creates them again, and
-/// base chains of ours the commands that declare them and their jump, so an observed state
-/// can be written back. Pure.
-pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
-    let mut base_chains: Vec<BaseChain<'_>> = Vec::new();
-    let mut rules: Vec<ListedRule<'_>> = Vec::new();
-    let mut chains: Vec<&str> = Vec::new();
-    let mut chain: Option<&str> = None;
-    let mut set: Option<(&str, SetState)> = None;
-    let mut in_elements = false;
-    for line in listing.lines() {
-        let trimmed = line.trim();
-        if let Some((_, state_of_set)) = &mut set {
-            if in_elements || trimmed.starts_with("elements = {") {
-                let list = trimmed.strip_prefix("elements = {").unwrap_or(trimmed);
-                let (list, closed) = match list.strip_suffix('}') {
-                    Some(list) => (list, true),
-                    None => (list, false),
-                };
-                state_of_set.members.extend(
-                    list.split(',')
-                        .map(str::trim)
-                        .filter(|member| !member.is_empty())
-                        .map(str::to_owned),
-                );
-                in_elements = !closed;
-            } else if let Some(set_type) = trimmed.strip_prefix("type ") {
-                state_of_set.kind = set_type.to_owned();
-            } else if let Some(flags) = trimmed.strip_prefix("flags ") {
-                state_of_set.kind = format!("{},{}", state_of_set.kind, flags.replace(' ', ""));
-            } else if trimmed == "}"
-                && let Some((name, set_state)) = set.take()
-            {
-                state.sets.insert(name.to_owned(), set_state);
-            }
-            continue;
-        }
-        if let Some(rest) = trimmed.strip_prefix("set ") {
-            let name = rest.split_whitespace().next().unwrap_or_default();
-            set = Some((
-                name,
-                SetState {
-                    family,
-                    kind: String::new(),
-                    members: BTreeSet::new(),
-                },
-            ));
-            continue;
-        }
-        if let Some(rest) = trimmed.strip_prefix("chain ") {
-            let name = rest.split_whitespace().next().unwrap_or_default();
-            chain = Some(name);
-            chains.push(name);
-            continue;
-        }
-        if trimmed == "}" {
-            chain = None;
-            continue;
-        }
-        let Some(current) = chain else {
-            continue;
-        };
-        if trimmed.starts_with("type ") && trimmed.contains(" hook ") {
-            let words: Vec<&str> = trimmed
-                .split([' ', ';'])
-                .filter(|w| !w.is_empty())
-                .collect();
-            let after = |key: &str| {
-                words
-                    .iter()
-                    .position(|word| *word == key)
-                    .and_then(|at| words.get(at + 1).copied())
-            };
-            base_chains.push((
-                current,
-                after("hook").unwrap_or_default(),
-                after("priority")
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or_default(),
-                after("policy").unwrap_or("accept"),
-            ));
-            continue;
-        }
-        let Some((body, handle)) = trimmed.rsplit_once(" # handle ") else {
-            continue;
-        };
-        let Ok(handle) = handle.trim().parse::<u64>() else {
-            continue;
-        };
-        let comment = body
-            .rsplit_once(" comment \"")
-            .or_else(|| body.strip_prefix("comment \"").map(|rest| ("", rest)))
-            .and_then(|(_, rest)| rest.strip_suffix('"'));
-        let words: Vec<&str> = body.split(' ').collect();
-        let counters = words.windows(5).find_map(|w| match w {
-            ["counter", "packets", packets, "bytes", bytes] => Some(Counters {
-                packets: packets.parse().ok()?,
-                bytes: bytes.parse().ok()?,
-            }),
-            _ => None,
-        });
-        let target = words
-            .windows(2)
-            .find_map(|w| matches!(w[0], "jump" | "goto").then_some(w[1]));
-        rules.push(ListedRule {
-            chain: current,
-            handle,
-            body,
-            comment,
-            counters,
-            target,
-        });
-    }
-    let chain_of = |chain: &str| {
-        base_chains
-            .iter()
-            .find(|(name, ..)| *name == chain)
-            .copied()
-    };
-    // Our chains, empty ones included (base chains are hooks, below).
-    for name in chains.into_iter().filter(|name| chain_of(name).is_none()) {
-        let (table, ours) = split_chain(name);
-        table_state(state, family, table)
-            .chains
-            .entry(ours)
-            .or_default();
-    }
-    for rule in rules {
-        if let Some((chain, hook, priority, policy)) = chain_of(rule.chain) {
-            let (table, kernel_chain) = split_chain(chain);
-            let target = rule.target.unwrap_or_default();
-            let identity = hook_identity(hook, priority, policy, target);
-            let hooks = table_state(state, family, table)
-                .hooks
-                .entry(kernel_chain.clone())
-                .or_default();
-            let hash = hash_of_comment(rule.comment)
-                .map(|_| crate::state::rule_hash(table, &kernel_chain, &identity));
-            let text = match (rule.comment, &hash) {
-                (Some(comment), Some(_)) => {
-                    render::hook_commands(family, chain, hook, priority, policy, target, comment)
-                }
-                _ => format!("base chain {chain}: {identity} (handle {})", rule.handle),
-            };
-            hooks.push(HookRule {
-                position: hooks.len() + 1,
-                rule: RuleLine {
-                    hash,
-                    text,
-                    counters: rule.counters,
-                },
-            });
-            continue;
-        }
-        let (table, ours) = split_chain(rule.chain);
-        let hash = hash_of_comment(rule.comment);
-        // Ours: the command that creates it again, without its counter values (they are not
-        // part of the rule, and a text that changed with traffic would look like another state).
-        let body = without_counter_values(rule.body);
-        let text = match &hash {
-            Some(_) => format!(
-                "add rule {} {TABLE} {} {body}",
-                family_name(family),
-                rule.chain
-            ),
-            None => format!(
-                "rule {}, not written by nodeport-guard: {body}",
-                rule.handle
-            ),
-        };
-        table_state(state, family, table)
-            .chains
-            .entry(ours)
-            .or_default()
-            .push(RuleLine {
-                hash,
-                text,
-                counters: rule.counters,
-            });
-    }
-    // A base chain without rules is still ours and still wrong.
-    for (name, hook, priority, policy) in base_chains {
-        let (table, kernel_chain) = split_chain(name);
-        let hooks = table_state(state, family, table)
-            .hooks
-            .entry(kernel_chain)
-            .or_default();
-        if hooks.is_empty() {
-            hooks.push(HookRule {
-                position: 1,
-                rule: RuleLine {
-                    hash: None,
-                    text: format!(
-                        "base chain {name}: {}",
-                        hook_identity(hook, priority, policy, "")
-                    ),
-                    counters: None,
-                },
-            });
-        }
-    }
-}
-
-fn table_state(state: &mut State, family: IpFamily, table: Table) -> &mut TableState {
-    state.tables.entry(TableKey { family, table }).or_default()
 }
 
 /// The `nft -f` script that carries out a plan, as one transaction.
@@ -585,7 +323,10 @@ fn apply(dataplane: &Dataplane<'_>, plan: &Plan, desired: &State) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
+    use super::parse::parse_listing;
+    use super::render::hook_identity;
     use super::*;
+    use crate::state::{Counters, SetState, TableKey};
 
     #[test]
     fn listing_becomes_state() {
