@@ -120,19 +120,7 @@ async fn run_loop(
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
 
-    let mut daemon = Daemon {
-        settings,
-        backend,
-        runner,
-        state_dir,
-        metrics,
-        last_good: None,
-        parse_cache: Default::default(),
-        last_errors: Vec::new(),
-        summary: "starting".to_owned(),
-        refusing_empty: false,
-        state_dir_warned: false,
-    };
+    let mut daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
     tracing::info!(
         %backend,
         policies = %daemon.settings.config.policies_dir.display(),
@@ -232,6 +220,28 @@ fn read_counters(
 }
 
 impl Daemon {
+    fn new(
+        settings: Settings,
+        backend: &'static dyn Backend,
+        runner: Arc<dyn Runner>,
+        state_dir: StateDir,
+        metrics: metrics::Shared,
+    ) -> Daemon {
+        Daemon {
+            settings,
+            backend,
+            runner,
+            state_dir,
+            metrics,
+            last_good: None,
+            parse_cache: Default::default(),
+            last_errors: Vec::new(),
+            summary: "starting".to_owned(),
+            refusing_empty: false,
+            state_dir_warned: false,
+        }
+    }
+
     fn dataplane(&self, families: Vec<IpFamily>) -> Dataplane<'_> {
         Dataplane::new(
             self.backend,
