@@ -26,17 +26,49 @@ pub struct Origin {
 pub type Labels = BTreeMap<String, String>;
 
 /// Every resource of a valid policy set.
-#[derive(Clone, Debug, Default)]
+///
+/// Its fields are private and it has no public constructor: outside the crate a `Model` comes
+/// only from `validate::validate`, and inside it only `validate` calls [`Model::from_checked`].
+#[derive(Clone, Debug)]
 pub struct Model {
     /// Policies in evaluation order: by `order` (none last), then by name.
-    pub policies: Vec<Policy>,
+    policies: Vec<Policy>,
     /// Network sets, sorted by name.
-    pub network_sets: Vec<NetworkSet>,
+    network_sets: Vec<NetworkSet>,
     /// Host endpoints of every node, sorted by name.
-    pub host_endpoints: Vec<HostEndpoint>,
+    host_endpoints: Vec<HostEndpoint>,
 }
 
 impl Model {
+    /// A model of resources `validate` checked, in the order it put them. Only `validate`
+    /// calls this (and the unit tests through its test helper): everything else reads models.
+    pub(crate) fn from_checked(
+        policies: Vec<Policy>,
+        network_sets: Vec<NetworkSet>,
+        host_endpoints: Vec<HostEndpoint>,
+    ) -> Model {
+        Model {
+            policies,
+            network_sets,
+            host_endpoints,
+        }
+    }
+
+    /// Policies in evaluation order: by `order` (none last), then by name.
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// Network sets, sorted by name.
+    pub fn network_sets(&self) -> &[NetworkSet] {
+        &self.network_sets
+    }
+
+    /// Host endpoints of every node, sorted by name.
+    pub fn host_endpoints(&self) -> &[HostEndpoint] {
+        &self.host_endpoints
+    }
+
     /// Whether the policy set holds no policy at all (the daemon's `allowEmpty` guard).
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty()

@@ -196,6 +196,34 @@ fn no_module_depends_on_a_module_that_depends_back_on_it() {
     assert!(cycles.is_empty(), "module cycles:\n{}", cycles.join("\n"));
 }
 
+/// ARCHITECTURE.md: "a Model can only come from validation". Outside the crate the type sees to
+/// it (private fields, no public constructor); inside it, only `validate` calls the
+/// crate-visible constructor.
+#[test]
+fn only_validate_builds_a_model() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let builders: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).expect("read");
+            text.contains("Model::from_checked(")
+        })
+        .map(|file| {
+            file.strip_prefix(&src)
+                .expect("under src")
+                .display()
+                .to_string()
+        })
+        .filter(|file| !file.starts_with("validate/") && file != "model.rs")
+        .collect();
+    assert!(
+        builders.is_empty(),
+        "only src/validate/ may build a Model: {builders:?}"
+    );
+}
+
 #[test]
 fn the_checker_sees_a_cycle() {
     // The detector itself, on a graph with a cycle and one without.

@@ -27,15 +27,15 @@ pub fn run(settings: &Settings, paths: &[PathBuf]) -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    let policies = set.model.policies.len();
+    let policies = set.model.policies().len();
     println!(
         "valid: {} polic{}, {} network set{}, {} host endpoint{} in {} file{}",
         policies,
         if policies == 1 { "y" } else { "ies" },
-        set.model.network_sets.len(),
-        plural(set.model.network_sets.len()),
-        set.model.host_endpoints.len(),
-        plural(set.model.host_endpoints.len()),
+        set.model.network_sets().len(),
+        plural(set.model.network_sets().len()),
+        set.model.host_endpoints().len(),
+        plural(set.model.host_endpoints().len()),
         set.sources.len(),
         plural(set.sources.len())
     );

@@ -18,7 +18,7 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// the implicit `*` endpoint when there are none.
 pub fn endpoints_of_host(model: &Model, config: &Config, host: &HostFacts) -> Vec<HostEndpoint> {
     let explicit: Vec<HostEndpoint> = model
-        .host_endpoints
+        .host_endpoints()
         .iter()
         .filter(|endpoint| endpoint.node == host.node_name)
         .cloned()
@@ -208,7 +208,7 @@ fn new_binding(model: &Model, interface: Option<String>, endpoint: HostEndpoint)
         forward_in: Vec::new(),
         forward_out: Vec::new(),
     };
-    for policy in &model.policies {
+    for policy in model.policies() {
         if !policy.selector.matches(&binding.endpoint.labels) {
             continue;
         }
@@ -350,7 +350,7 @@ pub(super) fn policy_warnings(
         })
         .map(|policy| policy.name.as_str())
         .collect();
-    for policy in &model.policies {
+    for policy in model.policies() {
         if !used.contains(policy.name.as_str()) {
             warnings.push(Diagnostic::warning(
                 policy.origin.file,

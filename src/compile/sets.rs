@@ -74,7 +74,7 @@ impl<'m> SetRegistry<'m> {
         let family = self.family;
         let mut nets: Vec<IpNet> = self
             .model
-            .network_sets
+            .network_sets()
             .iter()
             .filter(|set| selector.matches(&set.labels))
             .flat_map(|set| set.nets.iter().copied())
@@ -82,7 +82,7 @@ impl<'m> SetRegistry<'m> {
             .collect();
         nets.extend(
             self.model
-                .host_endpoints
+                .host_endpoints()
                 .iter()
                 .filter(|endpoint| selector.matches(&endpoint.labels))
                 .flat_map(|endpoint| endpoint.expected_ips.iter().copied())
@@ -91,12 +91,12 @@ impl<'m> SetRegistry<'m> {
         );
         let anything_selected = self
             .model
-            .network_sets
+            .network_sets()
             .iter()
             .any(|set| selector.matches(&set.labels))
             || self
                 .model
-                .host_endpoints
+                .host_endpoints()
                 .iter()
                 .any(|endpoint| selector.matches(&endpoint.labels));
         if !anything_selected && !self.empty_selectors.contains(&canonical) {
@@ -132,7 +132,7 @@ impl<'m> SetRegistry<'m> {
         let family = self.family;
         let mut members: Vec<SetMember> = Vec::new();
         let mut defined = false;
-        for endpoint in &self.model.host_endpoints {
+        for endpoint in self.model.host_endpoints() {
             if selector.is_some_and(|selector| !selector.matches(&endpoint.labels)) {
                 continue;
             }

@@ -1,5 +1,5 @@
-//! Unit tests of the compiler on models built in code (the golden tests in `tests/` run the
-//! whole pipeline from YAML).
+//! Unit tests of the compiler on models built in code (through `validate`'s test helper; the
+//! golden tests in `tests/` run the whole pipeline from YAML).
 
 use super::*;
 use crate::dataplane::iptables::render::render_chain;
@@ -9,6 +9,7 @@ use crate::model::{
 };
 use crate::selector::Selector;
 use crate::source::{FileId, Span};
+use crate::validate::model_for_tests;
 
 fn origin() -> Origin {
     Origin {
@@ -84,10 +85,7 @@ fn host() -> HostFacts {
 }
 
 fn compile_policies(policies: Vec<Policy>, config: &Config) -> Compiled {
-    let model = Model {
-        policies,
-        ..Model::default()
-    };
+    let model = model_for_tests(policies, Vec::new(), Vec::new());
     compile(&model, config, &host())
 }
 
@@ -417,19 +415,17 @@ fn no_policy_means_no_rules() {
 
 #[test]
 fn explicit_endpoint_without_profile_is_default_deny_even_without_policy() {
-    let model = Model {
-        host_endpoints: vec![HostEndpoint {
-            name: "node-1-eth0".into(),
-            labels: BTreeMap::new(),
-            node: "node-1".into(),
-            interface: EndpointInterface::Named("eth0".into()),
-            expected_ips: Vec::new(),
-            ports: Vec::new(),
-            default_allow: false,
-            origin: Some(origin()),
-        }],
-        ..Model::default()
+    let endpoint = HostEndpoint {
+        name: "node-1-eth0".into(),
+        labels: BTreeMap::new(),
+        node: "node-1".into(),
+        interface: EndpointInterface::Named("eth0".into()),
+        expected_ips: Vec::new(),
+        ports: Vec::new(),
+        default_allow: false,
+        origin: Some(origin()),
     };
+    let model = model_for_tests(Vec::new(), Vec::new(), vec![endpoint]);
     let compiled = compile(&model, &Config::default(), &host());
     let endpoint = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-fh-eth0");
     assert!(
@@ -459,20 +455,18 @@ fn explicit_endpoint_without_profile_is_default_deny_even_without_policy() {
 fn endpoints_of_other_nodes_are_not_enforced_but_their_addresses_are_selectable() {
     let mut allow = tcp_port(PolicyAction::Allow, vec![Port::Single(10250)]);
     allow.source.selector = Some(Selector::parse("role == 'master'").expect("selector"));
-    let model = Model {
-        policies: vec![policy("kubelet", 1.0, PolicyKind::PreDnat, vec![allow])],
-        host_endpoints: vec![HostEndpoint {
-            name: "master-eth0".into(),
-            labels: [("role".to_owned(), "master".to_owned())].into(),
-            node: "master".into(),
-            interface: EndpointInterface::Named("eth0".into()),
-            expected_ips: vec!["198.51.100.50".parse().expect("ip")],
-            ports: Vec::new(),
-            default_allow: false,
-            origin: Some(origin()),
-        }],
-        ..Model::default()
+    let master = HostEndpoint {
+        name: "master-eth0".into(),
+        labels: [("role".to_owned(), "master".to_owned())].into(),
+        node: "master".into(),
+        interface: EndpointInterface::Named("eth0".into()),
+        expected_ips: vec!["198.51.100.50".parse().expect("ip")],
+        ports: Vec::new(),
+        default_allow: false,
+        origin: Some(origin()),
     };
+    let policies = vec![policy("kubelet", 1.0, PolicyKind::PreDnat, vec![allow])];
+    let model = model_for_tests(policies, Vec::new(), vec![master]);
     let compiled = compile(&model, &Config::default(), &host());
     // This host has no endpoint of its own: the implicit one applies, with its allow profile.
     let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
@@ -496,10 +490,7 @@ fn ipv6_off_skips_the_family_and_says_so() {
     let mut facts = host();
     facts.ipv6 = false;
     facts.ipv6_off_reason = Some("`/proc/sys/net/ipv6/conf/all/disable_ipv6` is 1".into());
-    let model = Model {
-        policies: vec![mission()],
-        ..Model::default()
-    };
+    let model = model_for_tests(vec![mission()], Vec::new(), Vec::new());
     let compiled = compile(&model, &Config::default(), &facts);
     assert!(compiled.ruleset.family(IpFamily::V6).is_none());
     assert!(

@@ -307,7 +307,7 @@ impl Daemon {
             if had_errors {
                 // The files went back to what is applied: say so.
                 tracing::info!("the policy files are valid again and match the applied rules");
-                self.summary = applied_summary(set.model.policies.len(), self.backend, false);
+                self.summary = applied_summary(set.model.policies().len(), self.backend, false);
                 self.write_status();
             }
             return;
@@ -332,7 +332,7 @@ impl Daemon {
                     if changed || metrics.last_apply_timestamp == 0 {
                         metrics.last_apply_timestamp = now_seconds();
                     }
-                    metrics.policies = set.model.policies.len();
+                    metrics.policies = set.model.policies().len();
                     metrics.rules = desired
                         .tables
                         .values()
@@ -350,7 +350,7 @@ impl Daemon {
                 } else if changed {
                     tracing::info!(
                         ?event,
-                        policies = set.model.policies.len(),
+                        policies = set.model.policies().len(),
                         changes = %summary.line(),
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "applied"
@@ -358,7 +358,7 @@ impl Daemon {
                 } else {
                     tracing::info!(
                         ?event,
-                        policies = set.model.policies.len(),
+                        policies = set.model.policies().len(),
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "no changes needed"
                     );
@@ -372,7 +372,7 @@ impl Daemon {
                     now_seconds(),
                 ));
                 self.state_dir_result(recorded);
-                self.summary = applied_summary(set.model.policies.len(), self.backend, changed);
+                self.summary = applied_summary(set.model.policies().len(), self.backend, changed);
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
                     facts,

@@ -75,7 +75,7 @@ pub fn validate(
     resources: &[(FileId, RawResource)],
 ) -> (Model, Vec<Diagnostic>) {
     let mut diagnostics = Vec::new();
-    let mut model = Model::default();
+    let (mut policies, mut network_sets, mut host_endpoints) = (Vec::new(), Vec::new(), Vec::new());
     let mut first_definitions = HashMap::new();
     for (file, resource) in resources {
         let mut checker = Checker {
@@ -91,30 +91,35 @@ pub fn validate(
             continue;
         }
         match checked {
-            Some(Checked::Policy(policy)) => model.policies.push(policy),
-            Some(Checked::NetworkSet(set)) => model.network_sets.push(set),
-            Some(Checked::HostEndpoint(endpoint)) => model.host_endpoints.push(endpoint),
+            Some(Checked::Policy(policy)) => policies.push(policy),
+            Some(Checked::NetworkSet(set)) => network_sets.push(set),
+            Some(Checked::HostEndpoint(endpoint)) => host_endpoints.push(endpoint),
             None => {}
         }
     }
-    sort_model(&mut model);
+    sort_resources(&mut policies, &mut network_sets, &mut host_endpoints);
     crate::diagnostic::sort(&mut diagnostics);
+    let model = Model::from_checked(policies, network_sets, host_endpoints);
     (model, diagnostics)
 }
 
 /// Puts policies in evaluation order and the other resources in name order.
-fn sort_model(model: &mut Model) {
+fn sort_resources(
+    policies: &mut [Policy],
+    network_sets: &mut [NetworkSet],
+    host_endpoints: &mut [HostEndpoint],
+) {
     // Calico treats a missing order as +infinity and breaks ties by name, byte-wise. Orders are
     // finite (checked), so `partial_cmp` is a total order here.
     let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
-    model.policies.sort_by(|a, b| {
+    policies.sort_by(|a, b| {
         order_key(a.order)
             .partial_cmp(&order_key(b.order))
             .unwrap_or(Ordering::Equal)
             .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
     });
-    model.network_sets.sort_by(|a, b| a.name.cmp(&b.name));
-    model.host_endpoints.sort_by(|a, b| a.name.cmp(&b.name));
+    network_sets.sort_by(|a, b| a.name.cmp(&b.name));
+    host_endpoints.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// What is wrong with one value: a one-sentence message and, when there is something useful to
@@ -159,4 +164,15 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
         // The loader flattens list kinds into their items, so none reaches this point.
         _ => None,
     }
+}
+
+/// A model of resources built by hand, in the order given, for the unit tests of what reads
+/// models (the compiler): only `validate` builds models, and this is its door for those tests.
+#[cfg(test)]
+pub(crate) fn model_for_tests(
+    policies: Vec<Policy>,
+    network_sets: Vec<NetworkSet>,
+    host_endpoints: Vec<HostEndpoint>,
+) -> Model {
+    Model::from_checked(policies, network_sets, host_endpoints)
 }

@@ -134,7 +134,7 @@ fn labels_follow_kubernetes_rules() {
     );
     assert!(outcome.headlines()[6].ends_with("is 68 characters long, more than the 63 allowed"));
     // Invalid labels are left out of the model; valid ones are kept.
-    let labels = &outcome.model.network_sets[0].labels;
+    let labels = &outcome.model.network_sets()[0].labels;
     assert_eq!(
         labels.keys().map(String::as_str).collect::<Vec<_>>(),
         ["empty", "example.com/role", "good"]
@@ -230,9 +230,9 @@ fn duplicate_names_of_one_kind_are_errors_at_the_second_definition() {
         "`p` is also defined at a.yaml:4:9"
     );
     // The first definition is the one in the model; a set may share the policy's name.
-    assert_eq!(outcome.model.policies.len(), 1);
-    assert_eq!(outcome.model.policies[0].origin.file, FileId(0));
-    assert_eq!(outcome.model.network_sets.len(), 1);
+    assert_eq!(outcome.model.policies().len(), 1);
+    assert_eq!(outcome.model.policies()[0].origin.file, FileId(0));
+    assert_eq!(outcome.model.network_sets().len(), 1);
 
     let third = format!("{first}---\n{first}---\n{first}");
     let outcome = run_one(&third);
@@ -266,6 +266,6 @@ fn every_error_of_every_resource_is_reported() {
     // The valid parts stay in the model: the policy without its rule, the set without its
     // nets; the endpoint, which has no node, is left out.
     assert_eq!(outcome.policy("p").ingress.as_ref().map(Vec::len), Some(0));
-    assert!(outcome.model.network_sets[0].nets.is_empty());
-    assert!(outcome.model.host_endpoints.is_empty());
+    assert!(outcome.model.network_sets()[0].nets.is_empty());
+    assert!(outcome.model.host_endpoints().is_empty());
 }

@@ -43,7 +43,7 @@ fn the_reference_fixtures_are_valid_with_calicos_derived_values() {
     }
     let order: Vec<&str> = outcome
         .model
-        .policies
+        .policies()
         .iter()
         .map(|p| p.name.as_str())
         .collect();
@@ -74,7 +74,7 @@ fn the_reference_fixtures_are_valid_with_calicos_derived_values() {
     );
     let endpoints: Vec<(&str, bool)> = outcome
         .model
-        .host_endpoints
+        .host_endpoints()
         .iter()
         .map(|endpoint| (endpoint.name.as_str(), endpoint.default_allow))
         .collect();
@@ -114,7 +114,7 @@ fn policies_are_ordered_by_order_then_name_with_no_order_last() {
     let outcome = expect(&text, &[]);
     let order: Vec<&str> = outcome
         .model
-        .policies
+        .policies()
         .iter()
         .map(|p| p.name.as_str())
         .collect();
@@ -133,7 +133,7 @@ fn policies_are_ordered_by_order_then_name_with_no_order_last() {
     let outcome = expect(&sets, &[]);
     let names: Vec<&str> = outcome
         .model
-        .network_sets
+        .network_sets()
         .iter()
         .map(|s| s.name.as_str())
         .collect();

@@ -53,7 +53,7 @@ fn interface_names_are_star_empty_or_linux_names() {
             )),
             &[],
         );
-        assert_eq!(outcome.model.host_endpoints[0].interface, interface);
+        assert_eq!(outcome.model.host_endpoints()[0].interface, interface);
     }
     expect(
         &host_endpoint("  node: n1\n  interfaceName: abcdefghijklmnop\n"),
@@ -95,7 +95,7 @@ fn expected_ips_are_plain_addresses() {
         &host_endpoint("  node: n1\n  expectedIPs: [192.0.2.1, '2001:db8::1', 192.0.2.1]\n"),
         &[],
     );
-    let endpoint = &outcome.model.host_endpoints[0];
+    let endpoint = &outcome.model.host_endpoints()[0];
     assert_eq!(endpoint.interface, EndpointInterface::ByAddress);
     assert_eq!(endpoint.expected_ips.len(), 2);
 }
@@ -124,7 +124,7 @@ fn endpoint_ports_are_named_numbered_and_have_a_port_protocol() {
         &[],
     );
     assert_eq!(
-        outcome.model.host_endpoints[0].ports,
+        outcome.model.host_endpoints()[0].ports,
         [
             NamedPort {
                 name: "web".into(),
@@ -159,9 +159,9 @@ fn only_the_allow_all_profile_exists() {
         ),
         &[],
     );
-    assert!(outcome.model.host_endpoints[0].default_allow);
+    assert!(outcome.model.host_endpoints()[0].default_allow);
     let outcome = expect(&host_endpoint("  node: n1\n  interfaceName: eth0\n"), &[]);
-    let endpoint = &outcome.model.host_endpoints[0];
+    let endpoint = &outcome.model.host_endpoints()[0];
     assert!(!endpoint.default_allow);
     assert_eq!(endpoint.node, "n1");
     assert!(endpoint.origin.is_some());

@@ -34,7 +34,7 @@ impl Outcome {
 
     fn policy(&self, name: &str) -> &Policy {
         self.model
-            .policies
+            .policies()
             .iter()
             .find(|policy| policy.name == name)
             .unwrap_or_else(|| panic!("no policy {name}"))

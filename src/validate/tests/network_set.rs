@@ -10,7 +10,7 @@ fn network_sets_take_cidrs_and_addresses() {
         ),
         &[],
     );
-    let nets: Vec<String> = outcome.model.network_sets[0]
+    let nets: Vec<String> = outcome.model.network_sets()[0]
         .nets
         .iter()
         .map(ToString::to_string)
@@ -43,9 +43,9 @@ fn network_sets_take_cidrs_and_addresses() {
         "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: s\n  labels: {role: lb}\n",
         &[],
     );
-    assert!(outcome.model.network_sets[0].nets.is_empty());
+    assert!(outcome.model.network_sets()[0].nets.is_empty());
     assert_eq!(
-        outcome.model.network_sets[0]
+        outcome.model.network_sets()[0]
             .labels
             .get("role")
             .map(String::as_str),

@@ -39,7 +39,7 @@ fn order_must_be_finite() {
         headlines,
         ["p.yaml:6:10: error: `order` must be a finite number"]
     );
-    assert_eq!(model.policies[0].order, None);
+    assert_eq!(model.policies()[0].order, None);
 }
 
 #[test]

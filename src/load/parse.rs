@@ -1,0 +1,563 @@
+//! Splitting a file into YAML documents, and turning each document into resources with
+//! diagnostics: the single pass when it can, else the two passes (the lenient [`peek`] to plan,
+//! the strict [`decode`] to decode).
+//!
+//! [`peek`]: super::peek
+//! [`decode`]: super::decode
+
+use serde::de::{DeserializeSeed, Deserializer};
+
+use super::decode::{DocumentSeed, Plan, SinglePassVisitor};
+use super::peek::{PeekDocument, PeekItem, PeekResource};
+use crate::diagnostic::Diagnostic;
+use crate::source::{FileId, SourceFile, Span};
+use crate::spec::{Kind, RawResource, span_of};
+
+/// Parses one file's text into resources. Pure: the file was read already.
+pub fn parse_file(file: FileId, source: &SourceFile) -> (Vec<RawResource>, Vec<Diagnostic>) {
+    let mut resources = Vec::new();
+    let mut diagnostics = Vec::new();
+    let documents = split_documents(&source.text);
+    if documents.len() > MAX_DOCUMENTS {
+        diagnostics.push(Diagnostic::file_error(
+            file,
+            format!(
+                "the file holds {} YAML documents, more than the {MAX_DOCUMENTS} allowed",
+                documents.len()
+            ),
+        ));
+        return (resources, diagnostics);
+    }
+    for document in documents {
+        parse_document(file, document, &mut resources, &mut diagnostics);
+    }
+    (resources, diagnostics)
+}
+
+/// Most documents one file may hold.
+pub const MAX_DOCUMENTS: usize = 100_000;
+
+/// One YAML document of a file: its text and where it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Document<'a> {
+    /// Byte offset of the document's first byte in the file.
+    pub offset: usize,
+    /// The document's text, including a leading `---` line if it had one.
+    pub text: &'a str,
+}
+
+/// Splits a YAML stream into documents at `---` and `...` marker lines. Markers are only
+/// recognised at the start of a line, where YAML itself always treats them as markers (a scalar
+/// cannot contain such a line), so this agrees with the parser. A part holding nothing but
+/// comments and directives is joined to the next part.
+pub fn split_documents(text: &str) -> Vec<Document<'_>> {
+    let mut documents = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    // Whether the part since `start` holds content; kept line by line so a storm of markers
+    // costs linear time.
+    let mut content = false;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let is_start = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
+        let is_end = bare == "..." || bare.starts_with("... ") || bare.starts_with("...\t");
+        if is_start && content {
+            documents.push(Document {
+                offset: start,
+                text: &text[start..offset],
+            });
+            start = offset;
+            content = false;
+        }
+        offset += line.len();
+        content |=
+            is_content_line(line) || (is_start && bare.len() > 3 && is_content_line(&bare[3..]));
+        if is_end {
+            if content {
+                documents.push(Document {
+                    offset: start,
+                    text: &text[start..offset],
+                });
+            }
+            start = offset;
+            content = false;
+        }
+    }
+    if content {
+        documents.push(Document {
+            offset: start,
+            text: &text[start..],
+        });
+    }
+    documents
+}
+
+/// Whether a line is content: not blank, a comment, a directive or a marker.
+fn is_content_line(line: &str) -> bool {
+    let trimmed = line.trim();
+    !(trimmed.is_empty()
+        || trimmed.starts_with('#')
+        || trimmed.starts_with('%')
+        || trimmed == "---"
+        || trimmed == "...")
+}
+
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    // Policy files have little use for aliases; a small replay budget stops alias bombs early.
+    options.alias_limits.max_total_replayed_events = 100_000;
+    if let Some(budget) = options.budget.as_mut() {
+        // Policies nest about ten levels deep; anything far deeper is hostile or a mistake.
+        budget.max_depth = 48;
+        budget.max_aliases = 10_000;
+        budget.max_anchors = 10_000;
+        budget.max_nodes = 500_000;
+        budget.max_events = 1_500_000;
+    }
+    options
+}
+
+fn parse_document(
+    file: FileId,
+    document: Document<'_>,
+    resources: &mut Vec<RawResource>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if let Ok(resource) = serde_saphyr::with_deserializer_from_str_with_options(
+        document.text,
+        yaml_options(),
+        |deserializer| deserializer.deserialize_any(SinglePassVisitor),
+    ) {
+        resources.push(shift_resource(resource, document.offset));
+        return;
+    }
+    parse_document_in_two_passes(file, document, resources, diagnostics);
+}
+
+fn parse_document_in_two_passes(
+    file: FileId,
+    document: Document<'_>,
+    resources: &mut Vec<RawResource>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let shift = document.offset;
+    let peek: PeekDocument =
+        match serde_saphyr::from_str_with_options(document.text, yaml_options()) {
+            Ok(peek) => peek,
+            Err(error) => {
+                diagnostics.push(yaml_diagnostic(file, document, &error));
+                return;
+            }
+        };
+    let start = Span::at(shift + first_content_offset(document.text));
+    let plans = match peek {
+        PeekDocument::Empty => return,
+        PeekDocument::Scalar => {
+            diagnostics.push(
+                Diagnostic::error(
+                    file,
+                    start,
+                    "a policy file document must be a resource, a list kind or a sequence of resources",
+                )
+                .with_help(
+                    "start the document with `apiVersion: projectcalico.org/v3` and `kind: …`",
+                ),
+            );
+            return;
+        }
+        PeekDocument::Resource(resource) => {
+            vec![plan_resource(
+                file,
+                shift,
+                start,
+                &resource,
+                None,
+                diagnostics,
+            )]
+        }
+        PeekDocument::Sequence(items) => items
+            .iter()
+            .map(|item| plan_item(file, shift, start, item, None, diagnostics))
+            .collect(),
+    };
+    let decoded = serde_saphyr::with_deserializer_from_str_with_options(
+        document.text,
+        yaml_options(),
+        |deserializer| DocumentSeed { plans: &plans }.deserialize(deserializer),
+    );
+    match decoded {
+        Ok(decoded) => resources.extend(
+            decoded
+                .into_iter()
+                .map(|resource| shift_resource(resource, shift)),
+        ),
+        Err(error) => diagnostics.push(yaml_diagnostic(file, document, &error)),
+    }
+}
+
+fn plan_item(
+    file: FileId,
+    shift: usize,
+    fallback: Span,
+    item: &PeekItem,
+    required: Option<Kind>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Plan {
+    match item {
+        PeekItem::Resource(resource) => {
+            plan_resource(file, shift, fallback, resource, required, diagnostics)
+        }
+        // The second pass reports the shape error with its position.
+        PeekItem::NotAMapping => Plan {
+            kind: None,
+            items: Vec::new(),
+        },
+    }
+}
+
+fn plan_resource(
+    file: FileId,
+    shift: usize,
+    fallback: Span,
+    resource: &PeekResource,
+    list_item_kind: Option<Kind>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Plan {
+    let kind = match (&resource.kind, list_item_kind) {
+        (None, Some(implied)) => Some(implied),
+        (None, None) => {
+            diagnostics.push(
+                Diagnostic::error(file, fallback, "the resource has no `kind`").with_help(
+                    "add `kind: GlobalNetworkPolicy`, `GlobalNetworkSet` or `HostEndpoint`",
+                ),
+            );
+            None
+        }
+        (Some(written), implied) => {
+            let span = written.clone().shifted(shift).span;
+            match Kind::parse(&written.value) {
+                None => {
+                    diagnostics.push(unknown_kind(file, span, &written.value));
+                    None
+                }
+                Some(kind) if implied.is_some_and(|implied| implied != kind) => {
+                    diagnostics.push(
+                        Diagnostic::error(
+                            file,
+                            span,
+                            format!(
+                                "an item of a `{}List` must be a `{}`, not a `{kind}`",
+                                implied.map_or("", Kind::as_str),
+                                implied.map_or("", Kind::as_str)
+                            ),
+                        )
+                        .with_help(
+                            "move it to its own document, or use `kind: List` for mixed items",
+                        ),
+                    );
+                    None
+                }
+                Some(kind) if kind.is_list() && implied.is_some() => {
+                    diagnostics.push(Diagnostic::error(
+                        file,
+                        span,
+                        format!("a `{kind}` cannot be an item of another list"),
+                    ));
+                    None
+                }
+                Some(kind) => Some(kind),
+            }
+        }
+    };
+    let items = match (kind, &resource.items) {
+        (Some(kind), Some(items)) if kind.is_list() => {
+            let item_kind = kind.item_kind();
+            items
+                .iter()
+                // Items of a typed list may leave `kind` out; a `List`'s items may not.
+                .map(|item| plan_item(file, shift, fallback, item, item_kind, diagnostics))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    Plan { kind, items }
+}
+
+fn unknown_kind(file: FileId, span: Span, written: &str) -> Diagnostic {
+    let diagnostic = Diagnostic::error(file, span, format!("unknown kind `{written}`"));
+    let help = match written {
+        "NetworkPolicy" | "StagedNetworkPolicy" | "StagedGlobalNetworkPolicy" => {
+            "namespaced and staged policies apply to workloads, not hosts; write `kind: GlobalNetworkPolicy`".to_owned()
+        }
+        "NetworkSet" => "namespaced network sets apply to workloads; write `kind: GlobalNetworkSet`".to_owned(),
+        _ => match Kind::ALL
+            .iter()
+            .find(|kind| kind.as_str().eq_ignore_ascii_case(written))
+        {
+            Some(kind) => format!("kinds are case-sensitive: write `kind: {kind}`"),
+            None => format!(
+                "the kinds understood here are {}",
+                Kind::ALL
+                    .iter()
+                    .map(|kind| format!("`{kind}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+    };
+    diagnostic.with_help(help)
+}
+
+/// Byte offset of the first line that is not blank, a comment, a directive or a marker.
+fn first_content_offset(text: &str) -> usize {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        let skip = trimmed.is_empty()
+            || trimmed.starts_with('#')
+            || trimmed.starts_with('%')
+            || trimmed == "---"
+            || trimmed == "...";
+        if !skip {
+            let indent = line.len() - line.trim_start().len();
+            let marker = if line.trim_start().starts_with("--- ") {
+                4
+            } else {
+                0
+            };
+            return offset + indent + marker;
+        }
+        offset += line.len();
+    }
+    0
+}
+
+fn shift_resource(mut resource: RawResource, shift: usize) -> RawResource {
+    resource.shift = shift;
+    resource
+}
+
+/// Turns a YAML error into a diagnostic positioned in the file.
+fn yaml_diagnostic(
+    file: FileId,
+    document: Document<'_>,
+    error: &serde_saphyr::Error,
+) -> Diagnostic {
+    let span = error
+        .location()
+        .map(|location| {
+            let span = span_of(&location);
+            Span::new(document.offset + span.start, span.end - span.start)
+        })
+        .unwrap_or(Span::at(document.offset));
+    Diagnostic::error(file, span, clean_yaml_message(&error.to_string()))
+}
+
+/// Strips the parser's own position prefix (`line 3 column 5: `) and leading `error: ` from its
+/// message: the diagnostic carries the position itself.
+fn clean_yaml_message(message: &str) -> String {
+    let mut text = message.trim();
+    if let Some(rest) = text.strip_prefix("error: ") {
+        text = rest;
+    }
+    if let Some(rest) = text.strip_prefix("line ")
+        && let Some(colon) = rest.find(": ")
+    {
+        let position = &rest[..colon];
+        if position
+            .split(" column ")
+            .all(|part| part.bytes().all(|b| b.is_ascii_digit()))
+        {
+            text = &rest[colon + 2..];
+        }
+    }
+    let first_line = text.lines().next().unwrap_or(text);
+    first_line.trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Sources;
+    use crate::spec::RawSpec;
+
+    fn parse(text: &str) -> (Vec<RawResource>, Vec<String>) {
+        let mut sources = Sources::new();
+        let id = sources.add(SourceFile::new("p.yaml", text));
+        let (resources, diagnostics) = parse_file(id, sources.get(id));
+        let rendered = diagnostics.iter().map(|d| d.headline(&sources)).collect();
+        (resources, rendered)
+    }
+
+    fn kinds(resources: &[RawResource]) -> Vec<Kind> {
+        resources.iter().map(|r| r.kind.value).collect()
+    }
+
+    const GNP: &str = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: a\nspec:\n  selector: all()\n";
+
+    /// The single pass yields exactly what the two passes yield (spans included), or gives up.
+    #[test]
+    fn the_single_pass_agrees_with_the_two_passes() {
+        let examples = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/policies"))
+            .expect("policies/")
+            .map(|entry| std::fs::read_to_string(entry.expect("entry").path()).expect("read"));
+        let odd = [
+            GNP.to_owned(),
+            format!("# leading comment\n---\n{GNP}"),
+            "spec:\n  selector: all()\nkind: GlobalNetworkPolicy\nmetadata: {name: late}\n"
+                .to_owned(),
+            "kind: GlobalNetworkSet\nmetadata: {name: s}\nspec: {nets: [192.0.2.0/24], bogus: 1}\n"
+                .to_owned(),
+            "kind: GlobalNetworkPolicy\nkind: GlobalNetworkSet\nspec: {}\n".to_owned(),
+            "kind: Nope\nspec: {}\n".to_owned(),
+            "apiVersion: v1\nkind: HostEndpoint\nmetadata: {name: h, labels: {a: b}}\nspec: {node: n, interfaceName: eth0, expectedIPs: [192.0.2.1]}\nextra: 1\n".to_owned(),
+        ];
+        let mut single = 0;
+        for text in examples.chain(odd) {
+            let mut sources = Sources::new();
+            let id = sources.add(SourceFile::new("p.yaml", text.as_str()));
+            for document in split_documents(&sources.get(id).text) {
+                let (mut fast, mut fast_diagnostics) = (Vec::new(), Vec::new());
+                parse_document(id, document, &mut fast, &mut fast_diagnostics);
+                let (mut slow, mut slow_diagnostics) = (Vec::new(), Vec::new());
+                parse_document_in_two_passes(id, document, &mut slow, &mut slow_diagnostics);
+                assert_eq!(
+                    format!("{fast:?}"),
+                    format!("{slow:?}"),
+                    "{}",
+                    document.text
+                );
+                assert_eq!(
+                    format!("{fast_diagnostics:?}"),
+                    format!("{slow_diagnostics:?}"),
+                    "{}",
+                    document.text
+                );
+                single += usize::from(
+                    serde_saphyr::with_deserializer_from_str_with_options(
+                        document.text,
+                        yaml_options(),
+                        |deserializer| deserializer.deserialize_any(SinglePassVisitor),
+                    )
+                    .is_ok(),
+                );
+            }
+        }
+        assert!(single > 5, "the single pass must take the usual documents");
+    }
+
+    #[test]
+    fn one_resource_per_document() {
+        let text = format!("{GNP}---\n{}", GNP.replace("name: a", "name: b"));
+        let (resources, errors) = parse(&text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(resources.len(), 2);
+        assert_eq!(resources[1].name().map(|n| n.value.as_str()), Some("b"));
+        // Spans are relative to their document; `at` makes them relative to the file.
+        let name = resources[1].name().expect("name");
+        assert_eq!(&text[resources[1].at(name.span).start..][..1], "b");
+    }
+
+    #[test]
+    fn list_kinds_and_top_level_sequences_are_flattened() {
+        let text = "apiVersion: projectcalico.org/v3\nkind: List\nitems:\n- kind: GlobalNetworkSet\n  metadata: {name: s}\n  spec: {nets: [192.0.2.0/24]}\n- kind: HostEndpoint\n  metadata: {name: h}\n  spec: {node: n, interfaceName: eth0}\n---\nkind: GlobalNetworkPolicyList\napiVersion: projectcalico.org/v3\nitems:\n- metadata: {name: p}\n  spec: {order: 1}\n---\n- apiVersion: projectcalico.org/v3\n  kind: GlobalNetworkPolicy\n  metadata: {name: q}\n";
+        let (resources, errors) = parse(text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            kinds(&resources),
+            vec![
+                Kind::GlobalNetworkSet,
+                Kind::HostEndpoint,
+                Kind::GlobalNetworkPolicy,
+                Kind::GlobalNetworkPolicy
+            ]
+        );
+        // Items inherit the list's apiVersion when they leave theirs out.
+        assert!(resources.iter().all(|r| r.api_version.is_some()));
+    }
+
+    #[test]
+    fn errors_in_one_document_do_not_hide_the_next() {
+        let text = "kind: GlobalNetworkPolicy\nspec:\n  bogus: 1\n---\nkind: Nope\n---\nkind: GlobalNetworkPolicy\nspec:\n  order: [1\n";
+        let (resources, errors) = parse(text);
+        assert!(resources.is_empty());
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(
+            errors[0].starts_with("p.yaml:3:3: error: unknown field `bogus`"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("p.yaml:5:7: error: unknown kind `Nope`"),
+            "{errors:?}"
+        );
+        assert!(errors[2].starts_with("p.yaml:9:"), "{errors:?}");
+    }
+
+    #[test]
+    fn kind_after_spec_still_decodes_the_right_spec() {
+        let text = "spec:\n  nets: [192.0.2.0/24]\nmetadata: {name: s}\nkind: GlobalNetworkSet\n";
+        let (resources, errors) = parse(text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(matches!(
+            resources[0].spec.as_ref().map(|s| &s.value),
+            Some(RawSpec::NetworkSet(_))
+        ));
+    }
+
+    #[test]
+    fn shapes_that_are_not_resources() {
+        let (_, errors) = parse("just a string\n");
+        assert!(errors[0].contains("must be a resource"), "{errors:?}");
+        let (_, errors) = parse("- 1\n- kind: GlobalNetworkSet\n  metadata: {name: s}\n");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let (_, errors) = parse("apiVersion: projectcalico.org/v3\nmetadata: {name: x}\n");
+        assert!(errors[0].contains("has no `kind`"), "{errors:?}");
+        let (resources, errors) = parse("# only a comment\n---\n...\n");
+        assert!(resources.is_empty() && errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn typed_list_items_must_match() {
+        let (_, errors) = parse(
+            "kind: GlobalNetworkSetList\nitems:\n- kind: HostEndpoint\n  metadata: {name: h}\n",
+        );
+        assert!(
+            errors[0].contains("must be a `GlobalNetworkSet`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn split_documents_at_markers_only_at_line_start() {
+        let text = "a: 1\n---\nb: '---'\n  ---\n...\n%YAML 1.2\n--- \nc: 3\n";
+        let documents = split_documents(text);
+        let texts: Vec<_> = documents.iter().map(|d| d.text).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "a: 1\n",
+                "---\nb: '---'\n  ---\n...\n",
+                "%YAML 1.2\n--- \nc: 3\n"
+            ]
+        );
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..12 {
+            let previous = level - 1;
+            text.push_str(&format!(
+                "a{level}: &a{level} [*a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}]\n"
+            ));
+        }
+        let (_, errors) = parse(&text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("alias replay limit exceeded"),
+            "{errors:?}"
+        );
+    }
+}

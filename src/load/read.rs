@@ -1,0 +1,408 @@
+//! Reading policy files, the IO half of loading: which files are read, how large they may be,
+//! who may write them, how their bytes become text, and the cache of what was parsed before.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use super::parse::parse_file;
+use crate::diagnostic::Diagnostic;
+use crate::source::{FileId, SourceFile, Sources};
+use crate::spec::RawResource;
+
+/// Files larger than this are refused (calicoctl's own document limit is 10 MB).
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Everything read from the policy files of one run.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The files that were read.
+    pub sources: Sources,
+    /// Every resource found, with the file it came from, in file then document order.
+    pub resources: Vec<(FileId, RawResource)>,
+    /// Problems found while reading and parsing.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Whether a file name in the policy directory names a policy file: `*.yaml` or `*.yml`, not
+/// hidden (which also skips a ConfigMap mount's `..data` and timestamped folders), and not an
+/// editor's leftover.
+pub fn is_policy_file_name(name: &str) -> bool {
+    if name.starts_with('.') || name.starts_with('#') || name.ends_with('~') {
+        return false;
+    }
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+/// Lists the policy files directly in `dir`, sorted by name. Symlinks are followed;
+/// subdirectories and entries that do not name policy files are skipped.
+pub fn list_policy_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs_err::read_dir(dir)? {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !is_policy_file_name(&name) {
+            continue;
+        }
+        let path = entry.path();
+        // `metadata` follows symlinks: a ConfigMap's visible names are links into `..data`.
+        // A dangling link or a link to a directory is skipped here and reported when read
+        // only if it was named explicitly.
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_dir() => continue,
+            _ => files.push(path),
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// How policy files are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Refuse (rather than warn about) policy files and directories that someone other than
+    /// root may write.
+    pub strict_permissions: bool,
+}
+
+/// Reads files and directories as `validate PATH…` and the daemon do: a directory contributes
+/// its policy files, a file named explicitly is read whatever its name (confd's `check_cmd`
+/// passes a hidden staging file).
+pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    load_paths_with(paths, LoadOptions::default())
+}
+
+/// Who may change a file or directory besides root, if anyone: whoever can write the policies
+/// can open the firewall, so this is worth saying loudly.
+pub fn permission_problem(metadata: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mode = metadata.mode();
+    let mut writers = Vec::new();
+    if metadata.uid() != 0 {
+        writers.push(format!("its owner (uid {})", metadata.uid()));
+    }
+    if mode & 0o020 != 0 && metadata.gid() != 0 {
+        writers.push(format!("group {}", metadata.gid()));
+    }
+    if mode & 0o002 != 0 {
+        writers.push("every user".to_owned());
+    }
+    (!writers.is_empty()).then(|| format!("can be changed by {} besides root", writers.join(", ")))
+}
+
+fn check_permissions(loaded: &mut Loaded, path: &Path, file: Option<FileId>, options: LoadOptions) {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return;
+    };
+    let Some(problem) = permission_problem(&metadata) else {
+        return;
+    };
+    let what = if metadata.is_dir() {
+        "the policy directory"
+    } else {
+        "this policy file"
+    };
+    let message = format!(
+        "{what} `{}` {problem}: whoever can write it can open the firewall",
+        path.display()
+    );
+    let help = "make it owned by root and writable only by root (`chown root: … && chmod go-w …`)";
+    let diagnostic = match (file, options.strict_permissions) {
+        (Some(file), true) => Diagnostic::file_error(file, message),
+        (Some(file), false) => Diagnostic {
+            severity: crate::diagnostic::Severity::Warning,
+            ..Diagnostic::file_error(file, message)
+        },
+        (None, true) => Diagnostic::global_error(message),
+        (None, false) => Diagnostic::global_warning(message),
+    };
+    loaded.diagnostics.push(diagnostic.with_help(help));
+}
+
+/// [`load_paths`] with options.
+pub fn load_paths_with(paths: &[PathBuf], options: LoadOptions) -> Loaded {
+    load(paths, options, None)
+}
+
+/// The resources of files parsed before, by path, with the text they were parsed from: a long
+/// running reader (the daemon) parses only the files whose text changed since its last read.
+/// Only files that parsed without a diagnostic are kept (a diagnostic names its file by the
+/// position it had in one read), and only the files of the last read.
+#[derive(Debug, Default)]
+pub struct ParseCache {
+    files: std::collections::HashMap<PathBuf, (String, Vec<RawResource>)>,
+}
+
+impl ParseCache {
+    /// The resources of `path` if it was parsed from exactly `text`.
+    fn get(&self, path: &Path, text: &str) -> Option<&[RawResource]> {
+        self.files
+            .get(path)
+            .filter(|(parsed, _)| parsed == text)
+            .map(|(_, resources)| resources.as_slice())
+    }
+}
+
+/// [`load_paths_with`], reusing (and then updating) what `cache` holds from an earlier read.
+/// The result is the same as without the cache.
+pub fn load_paths_cached(
+    paths: &[PathBuf],
+    options: LoadOptions,
+    cache: &mut ParseCache,
+) -> Loaded {
+    load(paths, options, Some(cache))
+}
+
+fn load(paths: &[PathBuf], options: LoadOptions, mut cache: Option<&mut ParseCache>) -> Loaded {
+    let mut read = Read {
+        loaded: Loaded::default(),
+        previous: cache.as_deref_mut().map(std::mem::take).unwrap_or_default(),
+        next: cache.is_some().then(ParseCache::default),
+    };
+    for path in paths {
+        match std::fs::metadata(path) {
+            Ok(metadata) if metadata.is_dir() => match list_policy_files(path) {
+                Ok(files) => {
+                    check_permissions(&mut read.loaded, path, None, options);
+                    for file in files {
+                        read.load_one(&file, options);
+                    }
+                }
+                Err(error) => read
+                    .loaded
+                    .diagnostics
+                    .push(Diagnostic::global_error(format!(
+                        "cannot read the policy directory `{}`: {}",
+                        path.display(),
+                        io_reason(&error)
+                    ))),
+            },
+            _ => read.load_one(path, options),
+        }
+    }
+    if let (Some(cache), Some(next)) = (cache, read.next) {
+        *cache = next;
+    }
+    read.loaded
+}
+
+/// One read of the policy files.
+struct Read {
+    loaded: Loaded,
+    /// What the last read parsed (empty without a cache).
+    previous: ParseCache,
+    /// What this read parsed, for the next one (`None` without a cache).
+    next: Option<ParseCache>,
+}
+
+impl Read {
+    fn load_one(&mut self, path: &Path, options: LoadOptions) {
+        let loaded = &mut self.loaded;
+        match read_source(path) {
+            Ok(text) => {
+                let id = loaded.sources.add(SourceFile::new(path, text));
+                check_permissions(loaded, path, Some(id), options);
+                let text = &loaded.sources.get(id).text;
+                let (resources, diagnostics) = match self.previous.get(path, text) {
+                    Some(resources) => (resources.to_vec(), Vec::new()),
+                    None => parse_file(id, loaded.sources.get(id)),
+                };
+                if let Some(next) = &mut self.next
+                    && diagnostics.is_empty()
+                {
+                    next.files
+                        .insert(path.to_path_buf(), (text.clone(), resources.clone()));
+                }
+                loaded
+                    .resources
+                    .extend(resources.into_iter().map(|resource| (id, resource)));
+                loaded.diagnostics.extend(diagnostics);
+            }
+            Err(message) => {
+                let id = loaded.sources.add(SourceFile::new(path, String::new()));
+                loaded.diagnostics.push(Diagnostic::file_error(id, message));
+            }
+        }
+    }
+}
+
+/// Reads one policy file, refusing what is not a regular file (a FIFO, a device, a link to
+/// `/dev/zero`), what is too large, and what is not UTF-8 text.
+pub fn read_source(path: &Path) -> Result<String, String> {
+    let metadata = std::fs::metadata(path).map_err(|error| io_reason(&error))?;
+    if !metadata.is_file() {
+        return Err(format!(
+            "`{}` is not a regular file; policy files must be plain files or links to them",
+            path.display()
+        ));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is {} bytes; at most {} bytes are allowed; split it into several files",
+            metadata.len(),
+            MAX_FILE_BYTES
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|error| io_reason(&error))?;
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    // The size is checked again while reading: the file may grow after `metadata`.
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| io_reason(&error))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file grew while it was read; at most {MAX_FILE_BYTES} bytes are allowed; split it into several files"
+        ));
+    }
+    text_from_bytes(bytes)
+}
+
+/// Checks that file content is text a policy can be made of.
+pub fn text_from_bytes(bytes: Vec<u8>) -> Result<String, String> {
+    if let Some(position) = bytes.iter().position(|&b| b == 0) {
+        return Err(format!(
+            "the file holds a NUL byte at byte {position}; policy files are text"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|error| {
+        format!(
+            "the file is not UTF-8 text (invalid byte at byte {})",
+            error.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn io_reason(error: &std::io::Error) -> String {
+    // fs-err style: the path is already in the diagnostic's headline, so only the reason.
+    let text = error.to_string();
+    match error.raw_os_error() {
+        Some(code) if code == nix::libc::ELOOP => "too many levels of symbolic links".to_owned(),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_file_names() {
+        for name in ["a.yaml", "b.yml", "with.dots.yaml"] {
+            assert!(is_policy_file_name(name), "{name}");
+        }
+        for name in [
+            ".hidden.yaml",
+            "..data",
+            "..2024_01_01_00_00_00.123",
+            "a.yaml~",
+            "a.yaml.swp",
+            ".a.yaml.swp",
+            "#a.yaml#",
+            "a.json",
+            "a.yaml.tmp",
+            "4913",
+            ".policies.yaml123456",
+        ] {
+            assert!(!is_policy_file_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_text_are_refused() {
+        assert!(
+            text_from_bytes(b"a: \0".to_vec())
+                .unwrap_err()
+                .contains("NUL byte at byte 3")
+        );
+        assert!(
+            text_from_bytes(vec![b'a', 0xff])
+                .unwrap_err()
+                .contains("not UTF-8")
+        );
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    /// What a read yields, in a comparable form: resources by file path, and diagnostics.
+    fn outcome(loaded: &Loaded) -> (Vec<String>, Vec<String>) {
+        let resources = loaded
+            .resources
+            .iter()
+            .map(|(id, resource)| {
+                format!("{}: {resource:?}", loaded.sources.get(*id).path.display())
+            })
+            .collect();
+        let diagnostics = loaded
+            .diagnostics
+            .iter()
+            .map(|d| d.headline(&loaded.sources))
+            .collect();
+        (resources, diagnostics)
+    }
+
+    fn policy(name: &str, port: u16) -> String {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n  preDNAT: true\n  applyOnForward: true\n  ingress:\n  - action: Allow\n    protocol: TCP\n    destination:\n      ports: [{port}]\n"
+        )
+    }
+
+    #[test]
+    fn a_cached_read_yields_what_a_fresh_read_yields_as_files_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [dir.path().to_path_buf()];
+        let options = LoadOptions::default();
+        let mut cache = ParseCache::default();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        let check = |cache: &mut ParseCache| {
+            let cached = load_paths_cached(&paths, options, cache);
+            let fresh = load_paths_with(&paths, options);
+            assert_eq!(outcome(&cached), outcome(&fresh));
+        };
+
+        write("b.yaml", &policy("b", 30001));
+        write("c.yaml", &policy("c", 30002));
+        check(&mut cache);
+        assert_eq!(cache.files.len(), 2);
+
+        // A file changes, another one appears before the others (file positions move), and a
+        // broken file appears: the broken one is parsed every time and never kept.
+        write("c.yaml", &policy("c", 30003));
+        write("a.yaml", &policy("a", 30004));
+        write("broken.yaml", "kind: GlobalNetworkPolicy\nspec: [\n");
+        check(&mut cache);
+        check(&mut cache);
+        assert_eq!(cache.files.len(), 3);
+        assert!(!cache.files.contains_key(&dir.path().join("broken.yaml")));
+
+        // A file changes back to an earlier text, another is removed: only present files stay.
+        write("c.yaml", &policy("c", 30002));
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        check(&mut cache);
+        assert_eq!(cache.files.len(), 2);
+        let (text, _) = &cache.files[&dir.path().join("c.yaml")];
+        assert!(text.contains("30002"));
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_parsed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [dir.path().to_path_buf()];
+        std::fs::write(dir.path().join("a.yaml"), policy("a", 30001)).unwrap();
+        let mut cache = ParseCache::default();
+        load_paths_cached(&paths, LoadOptions::default(), &mut cache);
+        // Plant a different result for the same text: a read that parsed the file again could
+        // not return it.
+        let path = dir.path().join("a.yaml");
+        cache.files.get_mut(&path).unwrap().1.clear();
+        let loaded = load_paths_cached(&paths, LoadOptions::default(), &mut cache);
+        assert!(loaded.resources.is_empty());
+        // Once the text changes, it is parsed.
+        std::fs::write(&path, policy("a", 30002)).unwrap();
+        let loaded = load_paths_cached(&paths, LoadOptions::default(), &mut cache);
+        assert_eq!(loaded.resources.len(), 1);
+    }
+}
