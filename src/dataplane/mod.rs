@@ -6,6 +6,7 @@
 //! and, when the program names one, the line of our input it failed on.
 
 pub mod detect;
+pub mod fake;
 pub mod iptables;
 pub mod nft;
 
