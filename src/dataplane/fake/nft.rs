@@ -692,7 +692,13 @@ fn run_command(kernel: &mut Kernel, command: &str, drop_rules: &[String]) -> Res
                     Ok(())
                 };
             }
-            kernel.nft.next_table_handle += 1;
+            // Table handles count every table of the namespace, iptables-nft's included.
+            let xt_tables = kernel
+                .nft_xt
+                .iter()
+                .map(|store| store.tables.len() as u64)
+                .sum();
+            kernel.nft.next_table_handle = kernel.nft.next_table_handle.max(xt_tables) + 1;
             let handle = kernel.nft.next_table_handle;
             kernel.nft.tables.push(Table {
                 family: family.to_owned(),
@@ -754,14 +760,15 @@ fn run_command(kernel: &mut Kernel, command: &str, drop_rules: &[String]) -> Res
             });
         }
         ("delete", "chain") => {
-            let Some(chain) = table.chains.iter().find(|chain| chain.name == name) else {
+            if table.chains.iter().all(|chain| chain.name != name) {
                 return if tolerant {
                     Ok(())
                 } else {
                     Err(fail(ENOENT, name))
                 };
-            };
-            if !chain.rules.is_empty() || table.jumps_to(name) {
+            }
+            // The kernel deletes a chain's rules with it; only a jump to it keeps it.
+            if table.jumps_to(name) {
                 return Err(fail(EBUSY, name));
             }
             table.chains.retain(|chain| chain.name != name);
@@ -947,10 +954,8 @@ fn xt_command(
                     Err(fail(ENOENT, name))
                 };
             }
-            if !chain.rules.is_empty() {
-                return Err(fail(EBUSY, name));
-            }
             if chain.builtin {
+                chain.rules.clear();
                 chain.base_exists = false;
             } else {
                 let referenced = table

@@ -353,12 +353,11 @@ pub(super) fn restore(
                     Flavor::Legacy => short,
                     Flavor::Nft => long.as_str(),
                 };
-                let blank = if message.ends_with('\n') { "" } else { "\n" };
                 output(
                     2,
                     String::new(),
                     format!(
-                        "{banner}: {message}{blank}\nError occurred at line: {line}\nTry `{name} -h' or '{name} --help' for more information.\n"
+                        "{banner}: {message}\nError occurred at line: {line}\nTry `{name} -h' or '{name} --help' for more information.\n"
                     ),
                 )
             }
