@@ -1,0 +1,438 @@
+//! The fake kernel against the real one: every golden policy, on every backend, written to a
+//! fresh network namespace and to a `FakeKernel` by the same reconciles (one after the other,
+//! then cleanup), and after each step what our parsers read from both must be the same state
+//! (rule texts and counters aside: the fake echoes rules in our spelling). Every command runs
+//! on both, and must succeed or fail on both alike. Then the same refused inputs go to both,
+//! and both must refuse them with the same exit code and words.
+//!
+//! Needs root (skipped otherwise, failed when `NPG_REQUIRE_KERNEL_TESTS=1`); a backend whose
+//! programs are missing is skipped the same way.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nodeport_guard::compile::compile;
+use nodeport_guard::config::Config;
+use nodeport_guard::dataplane::fake::FakeKernel;
+use nodeport_guard::dataplane::{Backend, Dataplane, Output, Runner};
+use nodeport_guard::facts::{HostFacts, Interface};
+use nodeport_guard::model::IpFamily;
+use nodeport_guard::reconcile::reconcile;
+use nodeport_guard::ruleset::Ruleset;
+use nodeport_guard::state::State;
+use support::Netns;
+
+/// Runs programs inside a network namespace.
+struct NetnsRunner<'a> {
+    ns: &'a Netns,
+}
+
+impl Runner for NetnsRunner<'_> {
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
+        if support::cmd::find_program(program).is_none() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{program}` not found"),
+            ));
+        }
+        let output = match stdin {
+            Some(input) => self.ns.exec_with_stdin(program, args, input),
+            None => self.ns.exec(program, args),
+        };
+        Ok(Output {
+            success: output.success(),
+            code: output.status.code(),
+            stdout: output.stdout,
+            stderr: output.stderr,
+        })
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        support::cmd::find_program(program).is_some()
+    }
+}
+
+/// Runs every command on the real kernel and on the fake; answers with the real kernel's
+/// output and notes every command the two did not agree on (one succeeded, one failed).
+struct Mirror<'a> {
+    real: NetnsRunner<'a>,
+    fake: &'a FakeKernel,
+    disagreements: Mutex<Vec<String>>,
+}
+
+impl Runner for Mirror<'_> {
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
+        let real = self.real.run(program, args, stdin)?;
+        let fake = self.fake.run(program, args, stdin)?;
+        if real.success != fake.success {
+            let input = stdin.map(String::from_utf8_lossy).unwrap_or_default();
+            self.disagreements
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!(
+                    "`{program} {}`: kernel {:?} {:?}, fake {:?} {:?}\n--- input ---\n{input}",
+                    args.join(" "),
+                    real.code,
+                    real.stderr,
+                    fake.code,
+                    fake.stderr
+                ));
+        }
+        Ok(real)
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        self.real.exists(program)
+    }
+}
+
+fn policies() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir("policies")
+        .expect("policies/ exists")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the golden policies are missing");
+    files
+}
+
+/// The host tests/golden.rs renders for.
+fn host() -> HostFacts {
+    HostFacts {
+        interfaces: vec![Interface {
+            name: "eth0".into(),
+            addresses: vec![
+                "198.51.100.1".parse().expect("ip"),
+                "2001:db8:1::1".parse().expect("ip"),
+            ],
+        }],
+        ..HostFacts::minimal("node1")
+    }
+}
+
+fn ruleset(file: &Path) -> Ruleset {
+    let set = nodeport_guard::policy_set::load(&[file.to_path_buf()]);
+    assert!(set.is_valid(), "{} is not valid", file.display());
+    compile(&set.model, &Config::default(), &host()).ruleset
+}
+
+/// What our parsers read, without what may differ: rule texts (the fake echoes our spelling)
+/// and counters.
+fn comparable(mut state: State) -> State {
+    for table in state.tables.values_mut() {
+        for rule in table.chains.values_mut().flatten() {
+            rule.text.clear();
+            rule.counters = None;
+        }
+        for hook in table.hooks.values_mut().flatten() {
+            hook.rule.text.clear();
+            hook.rule.counters = None;
+        }
+    }
+    state
+}
+
+fn programs(backend: Backend) -> &'static [&'static str] {
+    match backend {
+        Backend::IptablesLegacy => &[
+            "iptables-legacy-save",
+            "iptables-legacy-restore",
+            "ip6tables-legacy-save",
+            "ip6tables-legacy-restore",
+            "ipset",
+        ],
+        Backend::IptablesNft => &[
+            "iptables-nft-save",
+            "iptables-nft-restore",
+            "ip6tables-nft-save",
+            "ip6tables-nft-restore",
+            "ipset",
+            "nft",
+        ],
+        Backend::Nftables => &["nft"],
+    }
+}
+
+/// Whether the backend's programs are here; skips (or fails, when kernel tests are required)
+/// otherwise.
+fn tools_present(backend: Backend) -> bool {
+    let missing: Vec<&str> = programs(backend)
+        .iter()
+        .copied()
+        .filter(|program| support::cmd::find_program(program).is_none())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        !support::kernel_tests_required(),
+        "{} is set, but {backend} lacks {missing:?}",
+        support::REQUIRE_KERNEL_TESTS_ENV
+    );
+    eprintln!("skipped: {backend}: {missing:?} not found");
+    false
+}
+
+fn assert_same(backend: Backend, ns: &Netns, fake: &FakeKernel, dir: &Path, step: &str) {
+    let real_runner = NetnsRunner { ns };
+    let real = Dataplane::new(backend, &real_runner, IpFamily::BOTH.to_vec(), dir)
+        .observe()
+        .unwrap_or_else(|e| panic!("{backend} {step}: reading the kernel: {e}"));
+    let faked = Dataplane::new(backend, fake, IpFamily::BOTH.to_vec(), dir)
+        .observe()
+        .unwrap_or_else(|e| panic!("{backend} {step}: reading the fake: {e}"));
+    let (real, faked) = (comparable(real), comparable(faked));
+    if real != faked {
+        let real_text = serde_json::to_string_pretty(&real).unwrap_or_default();
+        let fake_text = serde_json::to_string_pretty(&faked).unwrap_or_default();
+        let diff = similar::TextDiff::from_lines(&real_text, &fake_text)
+            .unified_diff()
+            .header("kernel", "fake")
+            .to_string();
+        panic!("{backend} {step}: the fake reads differently from the kernel:\n{diff}");
+    }
+}
+
+/// Every golden policy in turn, then nothing, through the same reconciles on both.
+fn golden_policies_read_the_same(backend: Backend) {
+    if !tools_present(backend) {
+        return;
+    }
+    let ns = Netns::new();
+    let fake = FakeKernel::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mirror = Mirror {
+        real: NetnsRunner { ns: &ns },
+        fake: &fake,
+        disagreements: Mutex::new(Vec::new()),
+    };
+    let dataplane = Dataplane::new(backend, &mirror, IpFamily::BOTH.to_vec(), dir.path());
+    let mut steps: Vec<(String, State)> = policies()
+        .iter()
+        .map(|file| (file.display().to_string(), backend.desired(&ruleset(file))))
+        .collect();
+    steps.push(("cleanup".to_owned(), State::default()));
+    for (step, desired) in &steps {
+        let outcome =
+            reconcile(&dataplane, desired).unwrap_or_else(|e| panic!("{backend} {step}: {e}"));
+        assert!(
+            !outcome.plan.is_empty(),
+            "{backend} {step}: nothing written"
+        );
+        let disagreements = std::mem::take(
+            &mut *mirror
+                .disagreements
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert!(
+            disagreements.is_empty(),
+            "{backend} {step}: kernel and fake disagree:\n{}",
+            disagreements.join("\n")
+        );
+        assert_same(backend, &ns, &fake, dir.path(), step);
+        let again = reconcile(&dataplane, desired).expect("second reconcile");
+        assert!(
+            again.plan.is_empty(),
+            "{backend} {step}: second reconcile writes"
+        );
+    }
+}
+
+#[test]
+fn golden_policies_read_the_same_iptables_legacy() {
+    support::require_kernel!();
+    golden_policies_read_the_same(Backend::IptablesLegacy);
+}
+
+#[test]
+fn golden_policies_read_the_same_iptables_nft() {
+    support::require_kernel!();
+    golden_policies_read_the_same(Backend::IptablesNft);
+}
+
+#[test]
+fn golden_policies_read_the_same_nftables() {
+    support::require_kernel!();
+    golden_policies_read_the_same(Backend::Nftables);
+}
+
+/// Inputs the kernel refuses: both must refuse them with the same exit code and stderr (the
+/// version banner and nft's caret lines included).
+#[test]
+fn the_fake_refuses_what_the_kernel_refuses() {
+    support::require_kernel!();
+    if !(tools_present(Backend::IptablesLegacy)
+        && tools_present(Backend::IptablesNft)
+        && tools_present(Backend::Nftables))
+    {
+        return;
+    }
+    let ns = Netns::new();
+    let real = NetnsRunner { ns: &ns };
+    let fake = FakeKernel::new();
+    let cases: &[(&str, &[&str], &str)] = &[
+        // Set-up both must accept.
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-a hash:net family inet maxelem 1048576\nadd npg4-a 192.0.2.1/32\nadd npg4-a 198.51.100.7/24\n",
+        ),
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n:npg-a - [0:0]\n:npg-b - [0:0]\n-A npg-a -m set --match-set npg4-a src -j npg-b\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n:npg-a - [0:0]\n:npg-b - [0:0]\n-A npg-a -j npg-b\nCOMMIT\n",
+        ),
+        (
+            "nft",
+            &["-f", "-"],
+            "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 192.0.2.0/24 }\nadd chain ip nodeport_guard c\nadd rule ip nodeport_guard c ip saddr @s counter return comment \"npg:A\"\n",
+        ),
+        // Refused.
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n:npg-c - [0:0]\n-A npg-c -j npg-missing\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n:npg-c - [0:0]\n-A npg-c -j npg-missing\nCOMMIT\n",
+        ),
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n-X npg-b\nCOMMIT\n",
+        ),
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n-X npg-a\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n-X npg-b\nCOMMIT\n",
+        ),
+        ("iptables-legacy-restore", &["--noflush"], "*foo\nCOMMIT\n"),
+        ("iptables-nft-restore", &["--noflush"], "*foo\nCOMMIT\n"),
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n-A npg-zz -j RETURN\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n-A npg-zz -j RETURN\nCOMMIT\n",
+        ),
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*mangle\n-D PREROUTING -j npg-a\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n-D PREROUTING -j npg-a\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*mangle\n-A npg-a -m set --match-set npg4-nope src -j RETURN\nCOMMIT\n",
+        ),
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-a hash:net family inet maxelem 1048576\n",
+        ),
+        ("ipset", &["restore"], "add npg4-zz 192.0.2.1\n"),
+        ("ipset", &["restore"], "destroy npg4-a\n"),
+        ("ipset", &["restore"], "destroy npg4-nope\n"),
+        ("ipset", &["restore"], "add npg4-a 0.0.0.0/0\n"),
+        ("ipset", &["restore"], "del npg4-a 10.0.0.0/8\n"),
+        ("ipset", &["restore"], "add npg4-a 2001:db8::1\n"),
+        ("ipset", &["save", "npg4-nope"], ""),
+        // (nft suggests a chain of a similar name when there is one; the fake never does.)
+        (
+            "nft",
+            &["-f", "-"],
+            "add rule ip nodeport_guard c counter jump chain-of-another-name\n",
+        ),
+        ("nft", &["-f", "-"], "delete set ip nodeport_guard s\n"),
+        ("nft", &["-f", "-"], "delete chain ip nodeport_guard c\n"),
+        (
+            "nft",
+            &["-f", "-"],
+            "add element ip nodeport_guard s { 192.0.2.0/25 }\n",
+        ),
+        ("nft", &["list", "table", "ip6", "nodeport_guard"], ""),
+        // What both now hold.
+        ("ipset", &["save", "npg4-a"], ""),
+        (
+            "nft",
+            &["-y", "-a", "list", "table", "ip", "nodeport_guard"],
+            "",
+        ),
+        ("nft", &["list", "chain", "ip", "nodeport_guard", "c"], ""),
+    ];
+    let mut differences = Vec::new();
+    for (program, args, input) in cases {
+        let stdin = (!input.is_empty()).then_some(input.as_bytes());
+        let kernel = real.run(program, args, stdin).expect("runs");
+        let faked = fake.run(program, args, stdin).expect("runs");
+        // ipset's initval is random in the kernel, and members come in its hash order.
+        let stable = |text: &str| {
+            let mut lines: Vec<String> = text
+                .lines()
+                .map(|line| {
+                    line.split_whitespace()
+                        .filter(|word| !word.starts_with("initval") && !word.starts_with("0x"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            if *program == "ipset" {
+                lines.sort();
+            }
+            lines.join("\n")
+        };
+        // nft may add a suggestion ("did you mean chain …") the fake does not make up: there,
+        // only the position of the error must agree.
+        let suggests = kernel.stderr.contains("did you mean");
+        let stderr = |text: &str| {
+            if suggests {
+                text.split("Error:").next().unwrap_or_default().to_owned()
+            } else {
+                text.to_owned()
+            }
+        };
+        if (kernel.code, stable(&kernel.stdout), stderr(&kernel.stderr))
+            != (faked.code, stable(&faked.stdout), stderr(&faked.stderr))
+        {
+            differences.push(format!(
+                "`{program} {}` with\n{input}kernel: {:?}\n{}{}fake:   {:?}\n{}{}",
+                args.join(" "),
+                kernel.code,
+                kernel.stdout,
+                kernel.stderr,
+                faked.code,
+                faked.stdout,
+                faked.stderr
+            ));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "the fake answers differently:\n\n{}",
+        differences.join("\n")
+    );
+}
