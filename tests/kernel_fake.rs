@@ -361,6 +361,17 @@ fn the_fake_refuses_what_the_kernel_refuses() {
         ("ipset", &["restore"], "del npg4-a 10.0.0.0/8\n"),
         ("ipset", &["restore"], "add npg4-a 2001:db8::1\n"),
         ("ipset", &["save", "npg4-nope"], ""),
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-t hash:ip family inet maxelem 1048576\nswap npg4-t npg4-a\n",
+        ),
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-u hash:net family inet maxelem 1048576\nadd npg4-u 203.0.113.0/24\nswap npg4-u npg4-a\ndestroy npg4-u\n",
+        ),
+        ("ipset", &["save", "npg4-t"], ""),
         // (nft suggests a chain of a similar name when there is one; the fake never does.)
         (
             "nft",

@@ -776,3 +776,43 @@ fn a_program_that_always_fails_is_reported_with_its_stderr() {
     let writes = setup.fake.commands().iter().filter(|c| c.write).count();
     assert_eq!(writes, 1, "nothing to restore, so nothing more written");
 }
+
+/// A set of ours whose type is wrong cannot be swapped for one of the right type while a rule
+/// uses it: the apply fails loudly and the kernel is put back as it was.
+#[test]
+fn a_set_of_another_type_is_refused_and_rolled_back() {
+    let rules = policy("dual-stack");
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        let restore = if backend == Backend::IptablesLegacy {
+            "iptables-legacy-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        // Another program puts a hash:net set under our name and points a rule at it.
+        let foreign = setup.fake.foreign(
+            "ipset",
+            &["restore"],
+            "create npg4-wrong hash:net family inet maxelem 1048576\nadd npg4-wrong 192.0.2.0/24\n",
+        );
+        assert!(foreign.success, "{}", foreign.stderr);
+        let script = "*mangle\n:npg-extra - [0:0]\n-A npg-extra -m set --match-set npg4-wrong src -j RETURN\nCOMMIT\n";
+        assert!(setup.fake.foreign(restore, &["--noflush"], script).success);
+        let mut wanted = desired.clone();
+        let mut set = wanted.sets["npg4-this-host"].clone();
+        set.kind = "hash:ip".into();
+        wanted.sets.insert("npg4-wrong".into(), set);
+        let before = setup.fake.snapshot();
+        let error = assert_rolled_back(reconcile(&dataplane, &wanted), &backend.to_string());
+        assert!(
+            error
+                .to_string()
+                .contains("The sets cannot be swapped: their type does not match"),
+            "{backend}: {error}"
+        );
+        assert_eq!(setup.fake.snapshot(), before, "{backend}");
+    }
+}
