@@ -236,9 +236,9 @@ impl FakeKernel {
     }
 
     /// Everything the kernel holds, as the save and list commands print it: both iptables
-    /// flavours and families with counters, `ipset save` and `nft list ruleset` (without rule
-    /// handles, which the kernel hands out anew to a rule written again). Equal snapshots mean
-    /// equal kernels.
+    /// flavours and families with counters, `ipset save` and the listing of nft's own tables
+    /// (without handles, which the kernel hands out anew to a rule written again). Equal
+    /// snapshots mean equal rules, sets and counters.
     pub fn snapshot(&self) -> String {
         let inner = self.lock();
         let kernel = &inner.kernel;
@@ -255,7 +255,7 @@ impl FakeKernel {
         out.push_str("## ipset\n");
         out.push_str(&kernel.sets.save(None).unwrap_or_default());
         out.push_str("## nft\n");
-        out.push_str(&nft::list_ruleset(kernel, false));
+        out.push_str(&nft::list_own_tables(kernel, false));
         out
     }
 }
@@ -318,11 +318,20 @@ fn dispatch(
             );
             return (result, true);
         }
+        let legacy_present = !kernel.legacy[family].tables.is_empty();
         let store = match flavor {
             Flavor::Legacy => &mut kernel.legacy[family],
             Flavor::Nft => &mut kernel.nft_xt[family],
         };
-        return (xtables::save_command(store, flavor, family, args), true);
+        let mut result = xtables::save_command(store, flavor, family, args);
+        if flavor == Flavor::Nft && legacy_present {
+            // As iptables-nft-save does, once per run, when x_tables rules exist too.
+            let name = if family == 0 { "iptables" } else { "ip6tables" };
+            result.stderr.push_str(&format!(
+                "# Warning: {name}-legacy tables present, use {name}-legacy-save to see them\n"
+            ));
+        }
+        return (result, true);
     }
     match program {
         "iptables" | "ip6tables" => {

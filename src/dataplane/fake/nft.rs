@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::xtables::Store;
+use super::xtables::{self, Store};
 use super::{Kernel, output};
 use crate::dataplane::Output;
 
@@ -277,13 +277,13 @@ pub(super) fn command(
         }
         ["list", "table", family, name] => {
             match list_table(kernel, family, name, None, handles, numeric) {
-                Some(text) => output(0, text, String::new()),
+                Some(text) => output(0, text, xt_warning(kernel, family, name)),
                 None => missing(&words, 3),
             }
         }
         ["list", "chain", family, table, chain] => {
             match list_table(kernel, family, table, Some(chain), handles, numeric) {
-                Some(text) => output(0, text, String::new()),
+                Some(text) => output(0, text, xt_warning(kernel, family, table)),
                 None => missing(&words, 4),
             }
         }
@@ -297,6 +297,17 @@ pub(super) fn command(
                 output(1, String::new(), result.stderr)
             }
         }
+    }
+}
+
+/// nft's warning when it lists a table iptables-nft made.
+fn xt_warning(kernel: &Kernel, family: &str, name: &str) -> String {
+    let xt = kernel.nft.table(family, name).is_none()
+        && family_index(family).is_some_and(|index| kernel.nft_xt[index].table(name).is_some());
+    if xt {
+        format!("# Warning: table {family} {name} is managed by iptables-nft, do not touch!\n")
+    } else {
+        String::new()
     }
 }
 
@@ -332,9 +343,15 @@ fn table_names(kernel: &Kernel) -> Vec<(String, String)> {
     names
 }
 
-/// `nft list ruleset`, as [`super::FakeKernel::snapshot`] uses it.
-pub(super) fn list_ruleset(kernel: &Kernel, handles: bool) -> String {
-    list_ruleset_with(kernel, handles, true)
+/// `nft list ruleset` of nft's own tables (not those of iptables-nft, whose chains the
+/// iptables-nft saves show), as [`super::FakeKernel::snapshot`] uses it.
+pub(super) fn list_own_tables(kernel: &Kernel, handles: bool) -> String {
+    kernel
+        .nft
+        .tables
+        .iter()
+        .filter_map(|table| list_native(table, None, handles, true))
+        .collect()
 }
 
 fn list_ruleset_with(kernel: &Kernel, handles: bool, numeric: bool) -> String {
@@ -516,7 +533,9 @@ fn list_xt(
     let table = store.table(name)?;
     let mut blocks = Vec::new();
     let mut handle = 0;
-    for chain in &table.chains {
+    let mut chains: Vec<&xtables::Chain> = table.chains.iter().collect();
+    chains.sort_by_key(|chain| chain.nft_order);
+    for chain in chains {
         handle += 1;
         if chain.builtin && !chain.base_exists {
             continue;
@@ -544,8 +563,14 @@ fn list_xt(
                 Some(target) => format!("jump {target}"),
                 None => "xt target".to_owned(),
             };
+            // A comment match prints as nothing, and leaves its space.
+            let space = if rule.spec.contains("-m comment") {
+                " "
+            } else {
+                ""
+            };
             block.push_str(&format!(
-                "\t\tcounter packets {} bytes {} {action}{}\n",
+                "\t\t{space}counter packets {} bytes {} {action}{}\n",
                 rule.counters.0,
                 rule.counters.1,
                 handle_note(handles, handle)
@@ -957,6 +982,7 @@ fn xt_command(
             if chain.builtin {
                 chain.rules.clear();
                 chain.base_exists = false;
+                chain.nft_order = 0;
             } else {
                 let referenced = table
                     .chains

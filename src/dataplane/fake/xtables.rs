@@ -84,6 +84,9 @@ pub(super) struct Chain {
     /// nf_tables only: whether a built-in chain exists as an nft base chain (iptables-nft
     /// creates it on the first rule or policy).
     pub base_exists: bool,
+    /// nf_tables only: when the chain came to exist there (nft lists chains in that order);
+    /// 0 until it does.
+    pub nft_order: u64,
 }
 
 /// A table.
@@ -91,6 +94,8 @@ pub(super) struct Chain {
 pub(super) struct Table {
     pub name: String,
     pub chains: Vec<Chain>,
+    /// The last [`Chain::nft_order`] given out.
+    pub last_order: u64,
 }
 
 impl Table {
@@ -104,12 +109,25 @@ impl Table {
                 counters: (0, 0),
                 rules: Vec::new(),
                 base_exists: false,
+                nft_order: 0,
             })
             .collect();
         Some(Table {
             name: name.to_owned(),
             chains,
+            last_order: 0,
         })
+    }
+
+    /// Numbers the chains that came to exist in nf_tables since the last call.
+    fn number_chains(&mut self) {
+        for chain in &mut self.chains {
+            let exists = !chain.builtin || chain.base_exists;
+            if exists && chain.nft_order == 0 {
+                self.last_order += 1;
+                chain.nft_order = self.last_order;
+            }
+        }
     }
 
     pub fn chain(&self, name: &str) -> Option<&Chain> {
@@ -445,8 +463,10 @@ pub(super) fn restore(
                     counters,
                     rules: Vec::new(),
                     base_exists: false,
+                    nft_order: 0,
                 }),
             }
+            table.number_chains();
             continue;
         }
         let (rule_counters, command) = match line.strip_prefix('[') {
@@ -481,6 +501,7 @@ pub(super) fn restore(
         if let Err(failure) = result {
             return fail(number, failure);
         }
+        table.number_chains();
     }
     if current.is_some() {
         // A table without COMMIT is never written.
@@ -687,6 +708,7 @@ fn apply_command(
                 counters: (0, 0),
                 rules: Vec::new(),
                 base_exists: false,
+                nft_order: 0,
             });
         }
         "-X" | "--delete-chain" => {
