@@ -19,7 +19,7 @@ use nodeport_guard::dataplane::fake::FakeKernel;
 use nodeport_guard::dataplane::{Backend, Dataplane, Output, Runner};
 use nodeport_guard::facts::{HostFacts, Interface};
 use nodeport_guard::model::IpFamily;
-use nodeport_guard::reconcile::reconcile;
+use nodeport_guard::reconcile::{ReconcileError, reconcile};
 use nodeport_guard::ruleset::Ruleset;
 use nodeport_guard::state::State;
 use support::Netns;
@@ -56,14 +56,57 @@ impl Runner for NetnsRunner<'_> {
 
 /// Runs every command on the real kernel and on the fake; answers with the real kernel's
 /// output and notes every command the two did not agree on (one succeeded, one failed).
+/// A write can be made to fail on both (it then runs on neither).
 struct Mirror<'a> {
     real: NetnsRunner<'a>,
     fake: &'a FakeKernel,
     disagreements: Mutex<Vec<String>>,
+    /// Writes to let through before one fails.
+    fail_after: Mutex<Option<usize>>,
+}
+
+impl Mirror<'_> {
+    fn fail_write(&self, n: usize) {
+        *self
+            .fail_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(n - 1);
+    }
+
+    fn take_disagreements(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .disagreements
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 impl Runner for Mirror<'_> {
     fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
+        let write = program.ends_with("-restore")
+            || (program == "ipset" && args.first() == Some(&"restore"))
+            || (program == "nft" && args.contains(&"-f"));
+        if write {
+            let mut fail_after = self
+                .fail_after
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match *fail_after {
+                Some(0) => {
+                    *fail_after = None;
+                    return Ok(Output {
+                        success: false,
+                        code: Some(1),
+                        stdout: String::new(),
+                        stderr: format!("{program}: line 1 failed (made to fail by the test)\n"),
+                    });
+                }
+                Some(n) => *fail_after = Some(n - 1),
+                None => {}
+            }
+        }
         let real = self.real.run(program, args, stdin)?;
         let fake = self.fake.run(program, args, stdin)?;
         if real.success != fake.success {
@@ -297,6 +340,7 @@ fn golden_policies_read_the_same(backend: Backend) {
         real: NetnsRunner { ns: &ns },
         fake: &fake,
         disagreements: Mutex::new(Vec::new()),
+        fail_after: Mutex::new(None),
     };
     let dataplane = Dataplane::new(backend, &mirror, IpFamily::BOTH.to_vec(), dir.path());
     let mut steps: Vec<(String, State)> = policies()
@@ -304,19 +348,8 @@ fn golden_policies_read_the_same(backend: Backend) {
         .map(|file| (file.display().to_string(), backend.desired(&ruleset(file))))
         .collect();
     steps.push(("cleanup".to_owned(), State::default()));
-    for (step, desired) in &steps {
-        let outcome =
-            reconcile(&dataplane, desired).unwrap_or_else(|e| panic!("{backend} {step}: {e}"));
-        assert!(
-            !outcome.plan.is_empty(),
-            "{backend} {step}: nothing written"
-        );
-        let disagreements = std::mem::take(
-            &mut *mirror
-                .disagreements
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+    let check = |step: &str| {
+        let disagreements = mirror.take_disagreements();
         assert!(
             disagreements.is_empty(),
             "{backend} {step}: kernel and fake disagree:\n{}",
@@ -324,12 +357,113 @@ fn golden_policies_read_the_same(backend: Backend) {
         );
         assert_same(backend, &ns, &fake, dir.path(), step);
         assert_same_text(backend, &ns, &fake, step);
+    };
+    for (index, (step, desired)) in steps.iter().enumerate() {
+        if index > 0 {
+            // First a failed attempt: iptables' 2nd write (the first table, after the sets),
+            // nftables' only one. Both must be rolled back alike.
+            mirror.fail_write(if backend == Backend::Nftables { 1 } else { 2 });
+            let failed = reconcile(&dataplane, desired);
+            assert!(
+                matches!(failed, Err(ReconcileError::RolledBack { .. })),
+                "{backend} {step}: expected a rollback, got {:?}",
+                failed.map(|outcome| outcome.plan.summary().line())
+            );
+            check(&format!("{step} (rolled back)"));
+        }
+        let outcome =
+            reconcile(&dataplane, desired).unwrap_or_else(|e| panic!("{backend} {step}: {e}"));
+        assert!(
+            !outcome.plan.is_empty(),
+            "{backend} {step}: nothing written"
+        );
+        check(step);
         let again = reconcile(&dataplane, desired).expect("second reconcile");
         assert!(
             again.plan.is_empty(),
             "{backend} {step}: second reconcile writes"
         );
+        if drift(backend, &ns, &fake, desired) {
+            let repair = reconcile(&dataplane, desired).expect("repair");
+            assert!(!repair.plan.is_empty(), "{backend} {step}: drift not seen");
+            check(&format!("{step} (drift repaired)"));
+        }
     }
+}
+
+/// Deletes the last rule of one of our chains on both, as another program would, by the
+/// kernel's own means (its position, or its nft handle). Whether there was one.
+fn drift(backend: Backend, ns: &Netns, fake: &FakeKernel, desired: &State) -> bool {
+    let Some((key, chain, position, hash)) = desired.tables.iter().find_map(|(key, table)| {
+        table.chains.iter().find_map(|(chain, rules)| {
+            let hash = rules.last()?.hash.clone()?;
+            Some((*key, chain.clone(), rules.len(), hash))
+        })
+    }) else {
+        return false;
+    };
+    let real = NetnsRunner { ns };
+    let runners: [&dyn Runner; 2] = [&real, fake];
+    for runner in runners {
+        let output = match backend {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                let flavour = if backend == Backend::IptablesLegacy {
+                    "legacy"
+                } else {
+                    "nft"
+                };
+                let family = if key.family == IpFamily::V4 {
+                    "iptables"
+                } else {
+                    "ip6tables"
+                };
+                let script = format!("*{}\n-D {chain} {position}\nCOMMIT\n", key.table);
+                runner.run(
+                    &format!("{family}-{flavour}-restore"),
+                    &["--noflush"],
+                    Some(script.as_bytes()),
+                )
+            }
+            Backend::Nftables => {
+                let family = if key.family == IpFamily::V4 {
+                    "ip"
+                } else {
+                    "ip6"
+                };
+                let listing = runner
+                    .run(
+                        "nft",
+                        &["-a", "list", "table", family, "nodeport_guard"],
+                        None,
+                    )
+                    .expect("lists");
+                let handle = listing
+                    .stdout
+                    .lines()
+                    .find(|line| line.contains(&format!("npg:{hash}")))
+                    .and_then(|line| line.rsplit_once("# handle "))
+                    .map(|(_, handle)| handle.trim().to_owned())
+                    .expect("our rule is listed");
+                let name = format!("{}-{chain}", key.table);
+                runner.run(
+                    "nft",
+                    &[
+                        "delete",
+                        "rule",
+                        family,
+                        "nodeport_guard",
+                        &name,
+                        "handle",
+                        &handle,
+                    ],
+                    None,
+                )
+            }
+        };
+        let output = output.expect("runs");
+        assert!(output.success, "{backend}: drift: {}", output.stderr);
+    }
+    true
 }
 
 #[test]
@@ -467,6 +601,23 @@ fn the_fake_refuses_what_the_kernel_refuses() {
             "nft",
             &["-f", "-"],
             "add rule ip nodeport_guard c counter jump chain-of-another-name\n",
+        ),
+        // All or nothing: chain d must not be left behind.
+        (
+            "nft",
+            &["-f", "-"],
+            "add chain ip nodeport_guard d\nadd rule ip nodeport_guard d counter jump chain-of-another-name\n",
+        ),
+        // One transaction per table: the first table stays, the second is not written.
+        (
+            "iptables-legacy-restore",
+            &["--noflush"],
+            "*filter\n:npg-d - [0:0]\nCOMMIT\n*raw\n:npg-e - [0:0]\n-A npg-zz -j RETURN\nCOMMIT\n",
+        ),
+        (
+            "iptables-nft-restore",
+            &["--noflush"],
+            "*filter\n:npg-d - [0:0]\nCOMMIT\n*raw\n:npg-e - [0:0]\n-A npg-e -j npg-missing\nCOMMIT\n",
         ),
         ("nft", &["-f", "-"], "delete set ip nodeport_guard s\n"),
         ("nft", &["-f", "-"], "delete chain ip nodeport_guard c\n"),

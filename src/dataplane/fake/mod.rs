@@ -81,6 +81,8 @@ struct Kernel {
     nft_xt: [xtables::Store; 2],
     sets: ipset::Sets,
     nft: nft::Ruleset,
+    /// The last nf_tables table handle given out (nft's tables and iptables-nft's share them).
+    table_handles: u64,
 }
 
 #[derive(Debug, Default)]

@@ -93,7 +93,6 @@ impl Table {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Ruleset {
     tables: Vec<Table>,
-    next_table_handle: u64,
 }
 
 impl Ruleset {
@@ -330,17 +329,22 @@ fn family_index(family: &str) -> Option<usize> {
     }
 }
 
+/// Every nf_tables table, iptables-nft's included, in the order they were made.
 fn table_names(kernel: &Kernel) -> Vec<(String, String)> {
-    let mut names = Vec::new();
+    let mut names: Vec<(u64, String, String)> = Vec::new();
     for (family, store) in ["ip", "ip6"].into_iter().zip(&kernel.nft_xt) {
         for table in &store.tables {
-            names.push((family.to_owned(), table.name.clone()));
+            names.push((table.handle, family.to_owned(), table.name.clone()));
         }
     }
     for table in &kernel.nft.tables {
-        names.push((table.family.clone(), table.name.clone()));
+        names.push((table.handle, table.family.clone(), table.name.clone()));
     }
+    names.sort();
     names
+        .into_iter()
+        .map(|(_, family, name)| (family, name))
+        .collect()
 }
 
 /// `nft list ruleset` of nft's own tables (not those of iptables-nft, whose chains the
@@ -584,7 +588,7 @@ fn list_xt(
     }
     Some(format!(
         "table {family} {name} {{{}\n{}}}\n",
-        handle_note(handles, 1),
+        handle_note(handles, table.handle),
         blocks.join("\n")
     ))
 }
@@ -717,14 +721,8 @@ fn run_command(kernel: &mut Kernel, command: &str, drop_rules: &[String]) -> Res
                     Ok(())
                 };
             }
-            // Table handles count every table of the namespace, iptables-nft's included.
-            let xt_tables = kernel
-                .nft_xt
-                .iter()
-                .map(|store| store.tables.len() as u64)
-                .sum();
-            kernel.nft.next_table_handle = kernel.nft.next_table_handle.max(xt_tables) + 1;
-            let handle = kernel.nft.next_table_handle;
+            kernel.table_handles += 1;
+            let handle = kernel.table_handles;
             kernel.nft.tables.push(Table {
                 family: family.to_owned(),
                 name: table_name.to_owned(),
