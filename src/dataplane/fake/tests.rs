@@ -816,3 +816,15 @@ fn a_set_of_another_type_is_refused_and_rolled_back() {
         assert_eq!(setup.fake.snapshot(), before, "{backend}");
     }
 }
+
+/// `--backend auto` stays with the backend our rules are already in.
+#[test]
+fn detection_finds_our_rules_in_the_fake() {
+    let rules = policy("nodeport-range");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        reconcile(&setup.dataplane(backend), &backend.desired(&rules)).expect("apply");
+        let (found, reason) = crate::dataplane::detect::detect(&setup.fake);
+        assert_eq!(found, backend, "{reason}");
+    }
+}
