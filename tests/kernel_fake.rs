@@ -596,6 +596,31 @@ fn the_fake_refuses_what_the_kernel_refuses() {
             "create npg4-u hash:net family inet maxelem 1048576\nadd npg4-u 203.0.113.0/24\nswap npg4-u npg4-a\ndestroy npg4-u\n",
         ),
         ("ipset", &["save", "npg4-t"], ""),
+        // ipset restore is not one transaction: a syntax error drops the run of adds it ends,
+        // a kernel error keeps what came before it.
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-q hash:net family inet\nadd npg4-q 192.0.2.1\nadd npg4-q 2001:db8::1\n",
+        ),
+        ("ipset", &["save", "npg4-q"], ""),
+        (
+            "ipset",
+            &["restore"],
+            "add npg4-q 203.0.113.5\nadd npg4-q 198.51.100.0/24\nadd npg4-q 203.0.113.5\n",
+        ),
+        (
+            "ipset",
+            &["restore"],
+            "add npg4-q 10.0.0.1\nadd npg4-q 0.0.0.0/0\n",
+        ),
+        (
+            "ipset",
+            &["restore"],
+            "create npg4-r hash:net family inet\nadd npg4-r 10.1.0.1\ncreate npg4-q hash:net family inet\n",
+        ),
+        ("ipset", &["save", "npg4-q"], ""),
+        ("ipset", &["save", "npg4-r"], ""),
         // (nft suggests a chain of a similar name when there is one; the fake never does.)
         (
             "nft",

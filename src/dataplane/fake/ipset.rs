@@ -143,15 +143,32 @@ pub(super) fn command(kernel: &mut Kernel, args: &[&str], stdin: Option<&str>) -
     }
 }
 
-/// Applies `ipset restore` input line by line; stops at the first error (lines before it stay
-/// applied, as with the real tool).
+/// Applies `ipset restore` input line by line and stops at the first error. As with the real
+/// tool, what came before the failing line stays applied, except a run of `add`/`del` lines
+/// for the same set that a syntax error ends: ipset sends such a run to the kernel as one
+/// message, and a line it cannot parse drops the message unsent.
 fn restore(kernel: &mut Kernel, input: &str) -> Output {
+    let mut run: Option<(String, Sets)> = None;
     for (index, line) in input.lines().enumerate() {
         let words = split_words(line);
         if words.is_empty() || words[0].starts_with('#') {
             continue;
         }
+        let member_of = match words.first().map(String::as_str) {
+            Some("add" | "del" | "-A" | "-D" | "a" | "d") => words.get(1).cloned(),
+            _ => None,
+        };
+        match (&run, member_of) {
+            (Some((set, _)), Some(name)) if *set == name => {}
+            (_, Some(name)) => run = Some((name, kernel.sets.clone())),
+            (_, None) => run = None,
+        }
         if let Err(message) = line_command(kernel, &words) {
+            if message.starts_with("Syntax error")
+                && let Some((_, before)) = run
+            {
+                kernel.sets = before;
+            }
             return output(
                 1,
                 String::new(),
