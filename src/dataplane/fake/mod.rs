@@ -7,9 +7,12 @@
 //! records every command it ran. Tests can make writes fail, make it silently drop a rule,
 //! set counters and change rules as a foreign program would.
 //!
-//! What it does not emulate: packet matching, most match and target options (rules are kept
-//! in the spelling they were sent in), and ipset's partial batches (an `ipset restore` that
-//! fails keeps the lines before the failing one).
+//! What it does not emulate: packet matching; most match and target options (rules are kept,
+//! and printed back, in the spelling they were sent in; only jumps, gotos and ipset matches
+//! are checked); nft's "did you mean" suggestions; nft's `table … { chain … { … } }` block
+//! syntax (our scripts write one command a line); hash order (ipset members and nft's
+//! non-interval elements are listed in the order they were added). `tests/kernel_fake.rs`
+//! holds it to the real kernel's answers.
 
 mod ipset;
 mod nft;
