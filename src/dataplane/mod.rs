@@ -9,6 +9,7 @@
 //! Adding a backend: a new module implementing [`Backend`], and one line in [`BACKENDS`].
 
 pub mod detect;
+pub mod fake;
 pub mod iptables;
 pub mod nftables;
 pub mod runner;

@@ -1,0 +1,830 @@
+//! The fake kernel, and the reconciler driven through it: every golden policy on every backend,
+//! rollback, verification, drift repair and the order of writes. No root needed.
+
+use std::path::PathBuf;
+
+use super::FakeKernel;
+use crate::config::Config;
+use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner, run_checked};
+use crate::facts::{HostFacts, Interface};
+use crate::model::IpFamily;
+use crate::plan::{ChainAction, plan};
+use crate::reconcile::{ReconcileError, reconcile};
+use crate::ruleset::Ruleset;
+use crate::state::State;
+
+const BACKENDS: [Backend; 3] = [
+    Backend::IptablesLegacy,
+    Backend::IptablesNft,
+    Backend::Nftables,
+];
+
+fn policies() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("policies/ exists")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the golden policies are missing");
+    files
+}
+
+/// The host tests/golden.rs renders for.
+fn host() -> HostFacts {
+    HostFacts {
+        interfaces: vec![Interface {
+            name: "eth0".into(),
+            addresses: vec![
+                "198.51.100.1".parse().expect("ip"),
+                "2001:db8:1::1".parse().expect("ip"),
+            ],
+        }],
+        ..HostFacts::minimal("node1")
+    }
+}
+
+fn ruleset(file: &std::path::Path) -> Ruleset {
+    let set = crate::policy_set::load(&[file.to_path_buf()]);
+    assert!(set.is_valid(), "{} is not valid", file.display());
+    crate::compile::compile(&set.model, &Config::default(), &host()).ruleset
+}
+
+fn policy(name: &str) -> Ruleset {
+    ruleset(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("policies")
+            .join(format!("{name}.yaml")),
+    )
+}
+
+struct Setup {
+    fake: FakeKernel,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        Setup {
+            fake: FakeKernel::new(),
+            dir: tempfile::tempdir().expect("temporary directory"),
+        }
+    }
+
+    fn dataplane(&self, backend: Backend) -> Dataplane<'_> {
+        Dataplane::new(
+            backend,
+            &self.fake,
+            IpFamily::BOTH.to_vec(),
+            self.dir.path(),
+        )
+    }
+}
+
+/// What the planner compares: per chain the hashes in order, per hook chain the positions and
+/// hashes, per set family, type and members. Rule texts and counters are left out.
+pub(crate) fn projection(state: &State) -> String {
+    let mut out = String::new();
+    for (key, table) in &state.tables {
+        for (chain, rules) in &table.chains {
+            let hashes: Vec<&str> = rules
+                .iter()
+                .map(|rule| rule.hash.as_deref().unwrap_or("<foreign>"))
+                .collect();
+            out.push_str(&format!("{key} {chain}: {}\n", hashes.join(" ")));
+        }
+        for (chain, hooks) in &table.hooks {
+            for hook in hooks {
+                out.push_str(&format!(
+                    "{key} hook {chain}@{}: {}\n",
+                    hook.position,
+                    hook.rule.hash.as_deref().unwrap_or("<foreign>")
+                ));
+            }
+        }
+    }
+    for (name, set) in &state.sets {
+        let members: Vec<&str> = set.members.iter().map(String::as_str).collect();
+        out.push_str(&format!(
+            "set {name} {} {}: {}\n",
+            set.family,
+            set.kind,
+            members.join(" ")
+        ));
+    }
+    out
+}
+
+#[test]
+fn every_golden_policy_reaches_its_desired_state_on_every_backend() {
+    for file in policies() {
+        let rules = ruleset(&file);
+        for backend in BACKENDS {
+            let setup = Setup::new();
+            let dataplane = setup.dataplane(backend);
+            let desired = backend.desired(&rules);
+            let what = format!("{} on {backend}", file.display());
+            let outcome = reconcile(&dataplane, &desired).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(!outcome.plan.is_empty(), "{what}: the first apply writes");
+            let observed = dataplane.observe().expect("observe");
+            assert_eq!(projection(&observed), projection(&desired), "{what}");
+            assert!(plan(&desired, &observed).is_empty(), "{what}");
+            let again = reconcile(&dataplane, &desired).expect("second reconcile");
+            assert!(
+                again.plan.is_empty(),
+                "{what}: second reconcile planned {:?}",
+                again.plan
+            );
+            // And back to nothing: cleanup leaves no trace of ours.
+            reconcile(&dataplane, &State::default()).expect("cleanup");
+            assert!(
+                dataplane.observe().expect("observe").is_empty(),
+                "{what}: cleanup"
+            );
+        }
+    }
+}
+
+fn assert_rolled_back(
+    result: Result<crate::reconcile::Outcome, ReconcileError>,
+    what: &str,
+) -> DataplaneError {
+    match result {
+        Err(error @ ReconcileError::RolledBack { .. }) => {
+            assert!(
+                error
+                    .to_string()
+                    .contains("the previous rules were restored"),
+                "{what}: {error}"
+            );
+            let ReconcileError::RolledBack { error } = error else {
+                unreachable!()
+            };
+            error
+        }
+        Err(other) => panic!("{what}: expected a rollback, got {other}"),
+        Ok(outcome) => panic!("{what}: expected a failure, applied {:?}", outcome.plan),
+    }
+}
+
+#[test]
+fn a_failed_write_leaves_the_kernel_exactly_as_before() {
+    let first = policy("nodeport-whitelist");
+    let second = policy("dual-stack");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        reconcile(&dataplane, &backend.desired(&first)).expect("first apply");
+        // (Counters stay out of it: a rollback rewrites the chains it changed, and a rewritten
+        // rule starts from zero in the real kernel as well.)
+        let before = setup.fake.snapshot();
+        // iptables writes sets, then a table per restore: the 2nd write is the first table,
+        // after the sets changed. nftables writes everything in one transaction: its 1st.
+        let nth = if backend == Backend::Nftables { 1 } else { 2 };
+        setup.fake.fail_write(nth);
+        let error = assert_rolled_back(
+            reconcile(&dataplane, &backend.desired(&second)),
+            &backend.to_string(),
+        );
+        assert!(
+            matches!(error, DataplaneError::Failed(_)),
+            "{backend}: {error}"
+        );
+        assert_eq!(
+            setup.fake.snapshot(),
+            before,
+            "{backend}: the kernel changed"
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_on_an_empty_kernel_leaves_it_empty() {
+    let rules = policy("office-networkset");
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let before = setup.fake.snapshot();
+        setup.fake.fail_write(2);
+        assert_rolled_back(
+            reconcile(&dataplane, &backend.desired(&rules)),
+            &backend.to_string(),
+        );
+        assert_eq!(
+            setup.fake.snapshot(),
+            before,
+            "{backend}: the sets were left behind"
+        );
+    }
+}
+
+#[test]
+fn a_rule_the_kernel_loses_is_a_verify_error_and_is_rolled_back() {
+    let first = policy("nodeport-whitelist");
+    let second = policy("dual-stack");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let old = backend.desired(&first);
+        reconcile(&dataplane, &old).expect("first apply");
+        let desired = backend.desired(&second);
+        let old_hashes = projection(&old);
+        let victim = desired
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values())
+            .flatten()
+            .filter_map(|rule| rule.hash.clone())
+            .find(|hash| !old_hashes.contains(hash.as_str()))
+            .expect("a new rule");
+        let before = setup.fake.snapshot();
+        setup.fake.drop_rules_containing(&format!("npg:{victim}"));
+        let error = assert_rolled_back(reconcile(&dataplane, &desired), &backend.to_string());
+        assert!(
+            matches!(error, DataplaneError::Verify(_)),
+            "{backend}: {error}"
+        );
+        if backend == Backend::Nftables {
+            // A chain nft deleted and made again is listed after the others, as in the kernel.
+            assert_eq!(
+                sorted_lines(&setup.fake.snapshot()),
+                sorted_lines(&before),
+                "{backend}"
+            );
+        } else {
+            assert_eq!(setup.fake.snapshot(), before, "{backend}: not rolled back");
+        }
+    }
+}
+
+fn sorted_lines(text: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    lines
+}
+
+#[test]
+fn drift_is_repaired_by_putting_back_exactly_what_went_missing() {
+    let rules = policy("nodeport-whitelist");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        // A rule of one family only, so one chain of one table misses it.
+        let everything = projection(&desired);
+        let (key, chain, hash) = desired
+            .tables
+            .iter()
+            .flat_map(|(key, table)| {
+                table.chains.iter().flat_map(move |(chain, rules)| {
+                    rules
+                        .iter()
+                        .map(move |rule| (*key, chain.clone(), rule.hash.clone()))
+                })
+            })
+            .find_map(|(key, chain, hash)| {
+                let hash = hash?;
+                (everything.matches(hash.as_str()).count() == 1).then_some((key, chain, hash))
+            })
+            .expect("a rule of one family");
+        assert_eq!(
+            setup.fake.delete_rules_containing(&format!("npg:{hash}")),
+            1
+        );
+        let drifted = dataplane.observe().expect("observe");
+        assert!(
+            !plan(&desired, &drifted).is_empty(),
+            "{backend}: drift not seen"
+        );
+        let outcome = reconcile(&dataplane, &desired).expect("repair");
+        let summary = outcome.plan.summary();
+        assert_eq!(
+            outcome.plan.tables.len(),
+            1,
+            "{backend}: {}",
+            summary.line()
+        );
+        assert_eq!(outcome.plan.tables[0].key, key, "{backend}");
+        let changes: Vec<(&str, ChainAction)> = outcome.plan.tables[0]
+            .chains
+            .iter()
+            .map(|change| (change.name.as_str(), change.action))
+            .collect();
+        assert_eq!(
+            changes,
+            vec![(chain.as_str(), ChainAction::Replace)],
+            "{backend}"
+        );
+        assert!(outcome.plan.tables[0].hooks.is_empty(), "{backend}");
+        assert!(outcome.plan.sets.is_empty(), "{backend}");
+        let repaired = dataplane.observe().expect("observe");
+        assert_eq!(projection(&repaired), projection(&desired), "{backend}");
+    }
+}
+
+#[test]
+fn a_foreign_program_moving_our_jump_is_repaired() {
+    let rules = policy("docker-published-port");
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        let restore = if backend == Backend::IptablesLegacy {
+            "iptables-legacy-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        let output = setup.fake.foreign(
+            restore,
+            &["--noflush"],
+            "*mangle\n-I PREROUTING 1 -s 10.9.9.9/32 -j ACCEPT\nCOMMIT\n",
+        );
+        assert!(output.success, "{}", output.stderr);
+        let outcome = reconcile(&dataplane, &desired).expect("repair");
+        assert_eq!(outcome.plan.summary().hooks_to_fix, 1, "{backend}");
+        let save = setup
+            .fake
+            .run(
+                restore.replace("restore", "save").as_str(),
+                &["-t", "mangle"],
+                None,
+            )
+            .expect("save");
+        let prerouting: Vec<&str> = save
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with("-A PREROUTING"))
+            .collect();
+        assert_eq!(prerouting.len(), 2, "{backend}: {}", save.stdout);
+        assert!(
+            prerouting[0].contains("npg:"),
+            "{backend}: ours first: {prerouting:?}"
+        );
+        assert!(
+            prerouting[1].contains("10.9.9.9"),
+            "{backend}: theirs kept: {prerouting:?}"
+        );
+    }
+}
+
+#[test]
+fn iptables_creates_sets_before_the_tables_using_them_and_destroys_them_after() {
+    let rules = policy("office-networkset");
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        assert!(!desired.sets.is_empty(), "the policy uses sets");
+        reconcile(&dataplane, &desired).expect("apply");
+        let writes: Vec<_> = setup
+            .fake
+            .commands()
+            .into_iter()
+            .filter(|c| c.write)
+            .collect();
+        let kinds: Vec<&str> = writes
+            .iter()
+            .map(|c| {
+                if c.program == "ipset" {
+                    "sets"
+                } else {
+                    "table"
+                }
+            })
+            .collect();
+        assert_eq!(kinds.first(), Some(&"sets"), "{backend}: {kinds:?}");
+        assert!(
+            kinds[1..].iter().all(|kind| *kind == "table"),
+            "{backend}: {kinds:?}"
+        );
+        assert!(
+            writes[0]
+                .stdin
+                .as_deref()
+                .unwrap_or_default()
+                .contains("create npg"),
+            "{backend}"
+        );
+        setup.fake.clear_commands();
+        reconcile(&dataplane, &State::default()).expect("cleanup");
+        let writes: Vec<_> = setup
+            .fake
+            .commands()
+            .into_iter()
+            .filter(|c| c.write)
+            .collect();
+        let last = writes.last().expect("writes");
+        assert_eq!(last.program, "ipset", "{backend}");
+        assert!(
+            last.stdin
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("destroy npg"),
+            "{backend}: {:?}",
+            last.stdin
+        );
+        assert!(
+            writes[..writes.len() - 1]
+                .iter()
+                .all(|c| c.program != "ipset"),
+            "{backend}: sets destroyed before the tables let go of them"
+        );
+        assert!(
+            setup
+                .fake
+                .run("ipset", &["save"], None)
+                .expect("save")
+                .stdout
+                .is_empty()
+        );
+    }
+}
+
+fn run(fake: &FakeKernel, program: &str, args: &[&str], stdin: &str) -> crate::dataplane::Output {
+    fake.run(program, args, Some(stdin.as_bytes()))
+        .expect("runs")
+}
+
+#[test]
+fn the_fake_rejects_what_the_kernel_rejects() {
+    let fake = FakeKernel::new();
+    // A jump to a chain that does not exist.
+    let missing = "*mangle\n:npg-a - [0:0]\n-A npg-a -j npg-missing\nCOMMIT\n";
+    let legacy = run(&fake, "iptables-legacy-restore", &["--noflush"], missing);
+    assert_eq!(legacy.code, Some(2));
+    assert!(
+        legacy.stderr.contains("Couldn't load target `npg-missing'"),
+        "{}",
+        legacy.stderr
+    );
+    assert!(
+        legacy.stderr.contains("Error occurred at line: 3"),
+        "{}",
+        legacy.stderr
+    );
+    let nft = run(&fake, "iptables-nft-restore", &["--noflush"], missing);
+    assert_eq!(nft.code, Some(2));
+    assert!(
+        nft.stderr.contains("Chain 'npg-missing' does not exist"),
+        "{}",
+        nft.stderr
+    );
+    // Nothing of a failed table is written.
+    let save = run(&fake, "iptables-legacy-save", &[], "");
+    assert!(!save.stdout.contains("npg-a"), "{}", save.stdout);
+
+    // Sets: a duplicate, a missing one, one still in use.
+    let create = "create npg4-a hash:net family inet maxelem 1048576\nadd npg4-a 192.0.2.1/32\n";
+    assert!(run(&fake, "ipset", &["restore"], create).success);
+    let again = run(&fake, "ipset", &["restore"], create);
+    assert_eq!(again.code, Some(1));
+    assert!(
+        again.stderr.contains(
+            "Error in line 1: Set cannot be created: set with the same name already exists"
+        ),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        run(
+            &fake,
+            "ipset",
+            &["restore"],
+            "create npg4-a hash:net family inet maxelem 1048576 -exist\n"
+        )
+        .success
+    );
+    let absent = run(&fake, "ipset", &["restore"], "add npg4-zz 192.0.2.1\n");
+    assert!(
+        absent
+            .stderr
+            .contains("The set with the given name does not exist"),
+        "{}",
+        absent.stderr
+    );
+    let use_it =
+        "*filter\n:npg-x - [0:0]\n-A npg-x -m set --match-set npg4-a src -j RETURN\nCOMMIT\n";
+    assert!(run(&fake, "iptables-legacy-restore", &["--noflush"], use_it).success);
+    let busy = run(&fake, "ipset", &["restore"], "destroy npg4-a\n");
+    assert_eq!(busy.code, Some(1));
+    assert!(
+        busy.stderr
+            .contains("Set cannot be destroyed: it is in use by a kernel component")
+    );
+    let no_set = run(
+        &fake,
+        "iptables-nft-restore",
+        &["--noflush"],
+        "*filter\n:npg-y - [0:0]\n-A npg-y -m set --match-set npg4-nope src -j RETURN\nCOMMIT\n",
+    );
+    assert!(
+        no_set.stderr.contains("Set npg4-nope doesn't exist."),
+        "{}",
+        no_set.stderr
+    );
+    // As the kernel prints members: a /32 without its prefix.
+    let saved = run(&fake, "ipset", &["save", "npg4-a"], "");
+    assert!(
+        saved.stdout.contains("\nadd npg4-a 192.0.2.1\n"),
+        "{}",
+        saved.stdout
+    );
+    let gone = fake
+        .run("ipset", &["save", "npg4-gone"], None)
+        .expect("runs");
+    assert_eq!(gone.code, Some(1));
+    assert!(
+        gone.stderr
+            .contains("The set with the given name does not exist")
+    );
+
+    // Chains still referenced or not empty, and an unknown table.
+    let referenced = "*mangle\n:npg-a - [0:0]\n:npg-b - [0:0]\n-A npg-a -j npg-b\nCOMMIT\n";
+    assert!(run(&fake, "iptables-legacy-restore", &["--noflush"], referenced).success);
+    let delete_b = "*mangle\n-X npg-b\nCOMMIT\n";
+    let refused = run(&fake, "iptables-legacy-restore", &["--noflush"], delete_b);
+    assert_eq!(
+        (refused.code, refused.stderr.as_str()),
+        (Some(1), "iptables-restore: line 2 failed\n")
+    );
+    let not_empty = run(
+        &fake,
+        "iptables-legacy-restore",
+        &["--noflush"],
+        "*mangle\n-X npg-a\nCOMMIT\n",
+    );
+    assert_eq!(not_empty.code, Some(1));
+    assert!(run(&fake, "iptables-nft-restore", &["--noflush"], referenced).success);
+    let nft_busy = run(&fake, "iptables-nft-restore", &["--noflush"], delete_b);
+    assert_eq!(nft_busy.code, Some(4));
+    assert!(
+        nft_busy
+            .stderr
+            .contains("line 2: CHAIN_DEL failed (Device or resource busy): chain npg-b")
+    );
+    let unknown = run(
+        &fake,
+        "iptables-legacy-restore",
+        &["--noflush"],
+        "*foo\nCOMMIT\n",
+    );
+    assert_eq!(unknown.code, Some(2));
+    assert!(unknown.stderr.contains("unable to initialize table 'foo'"));
+
+    // Our error path points at the input line the tool named.
+    let Err(DataplaneError::Failed(failure)) = run_checked(
+        &fake,
+        "iptables-legacy-restore",
+        &["--noflush"],
+        Some(delete_b),
+    ) else {
+        panic!("expected a failure");
+    };
+    assert_eq!(failure.input_line, Some((2, "-X npg-b".to_owned())));
+    let Err(DataplaneError::Failed(failure)) = run_checked(
+        &fake,
+        "ipset",
+        &["restore"],
+        Some("add npg4-a 192.0.2.9\ncreate npg4-a hash:net\n"),
+    ) else {
+        panic!("expected a failure");
+    };
+    assert_eq!(
+        failure.input_line,
+        Some((2, "create npg4-a hash:net".to_owned()))
+    );
+
+    // nft: one transaction, all or nothing.
+    let script = "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 192.0.2.0/24 }\nadd chain ip nodeport_guard c\nadd rule ip nodeport_guard c ip saddr @s counter return comment \"npg:A\"\nadd rule ip nodeport_guard c counter jump nope\n";
+    let failed = run(&fake, "nft", &["-f", "-"], script);
+    assert_eq!(failed.code, Some(1));
+    assert!(
+        failed.stderr.starts_with("/dev/stdin:6:"),
+        "{}",
+        failed.stderr
+    );
+    assert!(
+        failed
+            .stderr
+            .contains("Error: Could not process rule: No such file or directory")
+    );
+    let listing = fake.run("nft", &["list", "tables"], None).expect("runs");
+    assert!(
+        !listing.stdout.contains("nodeport_guard"),
+        "{}",
+        listing.stdout
+    );
+    let good = script.replace("counter jump nope", "counter drop");
+    assert!(run(&fake, "nft", &["-f", "-"], &good).success);
+    let in_use = run(
+        &fake,
+        "nft",
+        &["-f", "-"],
+        "delete set ip nodeport_guard s\n",
+    );
+    assert!(
+        in_use.stderr.contains("Device or resource busy"),
+        "{}",
+        in_use.stderr
+    );
+    let overlap = run(
+        &fake,
+        "nft",
+        &["-f", "-"],
+        "add element ip nodeport_guard s { 192.0.2.0/25 }\n",
+    );
+    assert!(
+        overlap
+            .stderr
+            .contains("interval overlaps with an existing one")
+    );
+    let dup = run(
+        &fake,
+        "nft",
+        &["-f", "-"],
+        "create set ip nodeport_guard s { type ipv4_addr; flags interval; }\n",
+    );
+    assert!(!dup.success);
+    let missing_table = fake
+        .run("nft", &["list", "table", "ip6", "nodeport_guard"], None)
+        .expect("runs");
+    assert_eq!(missing_table.code, Some(1));
+    assert!(missing_table.stderr.contains("No such file or directory"));
+
+    // Anything else is not there.
+    assert!(!fake.exists("conntrack"));
+    let error = fake
+        .run("conntrack", &["-F"], None)
+        .expect_err("not emulated");
+    assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn saves_and_listings_have_the_kernels_layout() {
+    let fake = FakeKernel::new();
+    let script = "*filter\n:npg-b - [0:0]\n:npg-a - [0:0]\n-A npg-b -m comment --comment \"npg:B\" -j RETURN\n-I INPUT 1 -m comment --comment \"npg:H\" -j npg-b\nCOMMIT\n";
+    assert!(run(&fake, "iptables-legacy-restore", &["--noflush"], script).success);
+    fake.set_counters("npg:B", 3, 180);
+    let save = fake
+        .run("iptables-legacy-save", &["-c"], None)
+        .expect("runs")
+        .stdout;
+    let lines: Vec<&str> = save.lines().collect();
+    assert!(
+        lines[0].starts_with("# Generated by iptables-save v1.8.9 on "),
+        "{save}"
+    );
+    assert_eq!(
+        &lines[1..lines.len() - 1],
+        &[
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            ":npg-a - [0:0]",
+            ":npg-b - [0:0]",
+            "[0:0] -A INPUT -m comment --comment \"npg:H\" -j npg-b",
+            "[3:180] -A npg-b -m comment --comment \"npg:B\" -j RETURN",
+            "COMMIT",
+        ]
+    );
+    let mut state = State::default();
+    crate::observe::parse_iptables_save(&save, IpFamily::V4, &mut state).expect("parses");
+    let filter = state.tables.values().next().expect("filter");
+    assert_eq!(
+        filter.chains["npg-b"][0].counters.map(|c| c.packets),
+        Some(3)
+    );
+    assert_eq!(filter.hooks["INPUT"][0].position, 1);
+    // nft: the indented listing with handles, as parse_listing reads it.
+    let script = "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 198.51.100.1/32, 192.0.2.0/24 }\nadd chain ip nodeport_guard mangle-npg-x\nadd rule ip nodeport_guard mangle-npg-x ip saddr @s counter return comment \"npg:R\"\nadd chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\nadd rule ip nodeport_guard mangle-PREROUTING counter jump mangle-npg-x comment \"npg:H nodeport-guard hook\"\n";
+    assert!(run(&fake, "nft", &["-f", "-"], script).success);
+    let listing = fake
+        .run(
+            "nft",
+            &["-y", "-a", "list", "table", "ip", "nodeport_guard"],
+            None,
+        )
+        .expect("runs")
+        .stdout;
+    assert_eq!(
+        listing,
+        "table ip nodeport_guard { # handle 1\n\tset s { # handle 1\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 192.0.2.0/24, 198.51.100.1 }\n\t}\n\n\tchain mangle-npg-x { # handle 2\n\t\tip saddr @s counter packets 0 bytes 0 return comment \"npg:R\" # handle 3\n\t}\n\n\tchain mangle-PREROUTING { # handle 4\n\t\ttype filter hook prerouting priority -151; policy accept;\n\t\tcounter packets 0 bytes 0 jump mangle-npg-x comment \"npg:H nodeport-guard hook\" # handle 5\n\t}\n}\n"
+    );
+    let mut state = State::default();
+    crate::dataplane::nft::parse_listing(&listing, IpFamily::V4, &mut state);
+    assert_eq!(state.sets["s"].members.len(), 2);
+    assert_eq!(
+        state.tables.values().next().expect("mangle").hooks["PREROUTING"].len(),
+        1
+    );
+    let named = fake
+        .run(
+            "nft",
+            &["list", "chain", "ip", "nodeport_guard", "mangle-PREROUTING"],
+            None,
+        )
+        .expect("runs")
+        .stdout;
+    assert!(
+        named.contains("priority mangle - 1; policy accept;"),
+        "{named}"
+    );
+}
+
+#[test]
+fn counters_set_by_a_test_are_read_back() {
+    let rules = policy("nodeport-whitelist");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        assert!(setup.fake.set_counters("npg:", 5, 300) > 0);
+        let observed = dataplane.observe().expect("observe");
+        let counted = observed
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values())
+            .flatten()
+            .all(|rule| {
+                rule.counters
+                    .is_some_and(|c| c.packets == 5 && c.bytes == 300)
+            });
+        assert!(counted, "{backend}");
+    }
+}
+
+#[test]
+fn a_program_that_always_fails_is_reported_with_its_stderr() {
+    let rules = policy("nodeport-range");
+    let setup = Setup::new();
+    let dataplane = setup.dataplane(Backend::Nftables);
+    setup.fake.fail_program("nft");
+    let Err(ReconcileError::RolledBack { error }) =
+        reconcile(&dataplane, &Backend::Nftables.desired(&rules))
+    else {
+        panic!("expected a rollback");
+    };
+    assert!(
+        error.to_string().contains("Operation not permitted"),
+        "{error}"
+    );
+    let writes = setup.fake.commands().iter().filter(|c| c.write).count();
+    assert_eq!(writes, 1, "nothing to restore, so nothing more written");
+}
+
+/// A set of ours whose type is wrong cannot be swapped for one of the right type while a rule
+/// uses it: the apply fails loudly and the kernel is put back as it was.
+#[test]
+fn a_set_of_another_type_is_refused_and_rolled_back() {
+    let rules = policy("dual-stack");
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        let restore = if backend == Backend::IptablesLegacy {
+            "iptables-legacy-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        // Another program puts a hash:net set under our name and points a rule at it.
+        let foreign = setup.fake.foreign(
+            "ipset",
+            &["restore"],
+            "create npg4-wrong hash:net family inet maxelem 1048576\nadd npg4-wrong 192.0.2.0/24\n",
+        );
+        assert!(foreign.success, "{}", foreign.stderr);
+        let script = "*mangle\n:npg-extra - [0:0]\n-A npg-extra -m set --match-set npg4-wrong src -j RETURN\nCOMMIT\n";
+        assert!(setup.fake.foreign(restore, &["--noflush"], script).success);
+        let mut wanted = desired.clone();
+        let mut set = wanted.sets["npg4-this-host"].clone();
+        set.kind = "hash:ip".into();
+        wanted.sets.insert("npg4-wrong".into(), set);
+        let before = setup.fake.snapshot();
+        let error = assert_rolled_back(reconcile(&dataplane, &wanted), &backend.to_string());
+        assert!(
+            error
+                .to_string()
+                .contains("The sets cannot be swapped: their type does not match"),
+            "{backend}: {error}"
+        );
+        assert_eq!(setup.fake.snapshot(), before, "{backend}");
+    }
+}
+
+/// `--backend auto` stays with the backend our rules are already in.
+#[test]
+fn detection_finds_our_rules_in_the_fake() {
+    let rules = policy("nodeport-range");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        reconcile(&setup.dataplane(backend), &backend.desired(&rules)).expect("apply");
+        let (found, reason) = crate::dataplane::detect::detect(&setup.fake);
+        assert_eq!(found, backend, "{reason}");
+    }
+}
