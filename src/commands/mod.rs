@@ -21,6 +21,9 @@ pub mod schema;
 pub mod status;
 pub mod validate;
 
+#[cfg(test)]
+mod tests;
+
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -553,3 +553,6 @@ fn describe(plan: &crate::plan::Plan) -> String {
     }
     parts.join("; ")
 }
+
+#[cfg(test)]
+mod tests;

@@ -192,52 +192,7 @@ fn line_command(kernel: &mut Kernel, words: &[String]) -> Result<(), String> {
         .collect();
     match words.as_slice() {
         ["create" | "-N" | "n", name, kind, options @ ..] => {
-            if !matches!(*kind, "hash:net" | "hash:ip" | "hash:ip,port") {
-                return Err(format!("Syntax error: typename '{kind}' is unknown"));
-            }
-            let option = |key: &str| {
-                options
-                    .iter()
-                    .position(|word| *word == key)
-                    .and_then(|at| options.get(at + 1).copied())
-            };
-            let inet6 = match option("family") {
-                None | Some("inet") => false,
-                Some("inet6") => true,
-                Some(other) => return Err(format!("Syntax error: unknown family {other}")),
-            };
-            let number = |key: &str, default: u64| -> Result<u64, String> {
-                option(key).map_or(Ok(default), |value| {
-                    value
-                        .parse()
-                        .map_err(|_| format!("Syntax error: '{value}' is invalid as number"))
-                })
-            };
-            let set = Set {
-                name: (*name).to_owned(),
-                kind: (*kind).to_owned(),
-                inet6,
-                maxelem: number("maxelem", 65536)?,
-                hashsize: number("hashsize", 1024)?,
-                members: Vec::new(),
-            };
-            if name.len() > 31 {
-                return Err("Syntax error: setname is longer than 31 characters".to_owned());
-            }
-            match kernel.sets.get(name) {
-                Some(existing)
-                    if exist && existing.kind == set.kind && existing.inet6 == set.inet6 =>
-                {
-                    Ok(())
-                }
-                Some(_) => {
-                    Err("Set cannot be created: set with the same name already exists".to_owned())
-                }
-                None => {
-                    kernel.sets.insert(set);
-                    Ok(())
-                }
-            }
+            create(kernel, name, kind, options, exist)
         }
         ["add" | "-A" | "a", name, element] => {
             let set = kernel.sets.get_mut(name).ok_or(MISSING)?;
@@ -334,6 +289,58 @@ fn line_command(kernel: &mut Kernel, words: &[String]) -> Result<(), String> {
         }
         [verb, ..] => Err(format!("Syntax error: unknown command {verb}")),
         [] => Ok(()),
+    }
+}
+
+/// `create NAME TYPE [family inet6] [maxelem N] [hashsize N]`.
+fn create(
+    kernel: &mut Kernel,
+    name: &str,
+    kind: &str,
+    options: &[&str],
+    exist: bool,
+) -> Result<(), String> {
+    if !matches!(kind, "hash:net" | "hash:ip" | "hash:ip,port") {
+        return Err(format!("Syntax error: typename '{kind}' is unknown"));
+    }
+    let option = |key: &str| {
+        options
+            .iter()
+            .position(|word| *word == key)
+            .and_then(|at| options.get(at + 1).copied())
+    };
+    let inet6 = match option("family") {
+        None | Some("inet") => false,
+        Some("inet6") => true,
+        Some(other) => return Err(format!("Syntax error: unknown family {other}")),
+    };
+    let number = |key: &str, default: u64| -> Result<u64, String> {
+        option(key).map_or(Ok(default), |value| {
+            value
+                .parse()
+                .map_err(|_| format!("Syntax error: '{value}' is invalid as number"))
+        })
+    };
+    let set = Set {
+        name: (*name).to_owned(),
+        kind: (*kind).to_owned(),
+        inet6,
+        maxelem: number("maxelem", 65536)?,
+        hashsize: number("hashsize", 1024)?,
+        members: Vec::new(),
+    };
+    if name.len() > 31 {
+        return Err("Syntax error: setname is longer than 31 characters".to_owned());
+    }
+    match kernel.sets.get(name) {
+        Some(existing) if exist && existing.kind == set.kind && existing.inet6 == set.inet6 => {
+            Ok(())
+        }
+        Some(_) => Err("Set cannot be created: set with the same name already exists".to_owned()),
+        None => {
+            kernel.sets.insert(set);
+            Ok(())
+        }
     }
 }
 

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use super::FakeKernel;
 use crate::config::Config;
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner, run_checked};
+
+const LEGACY: &dyn Backend = &crate::dataplane::iptables::LEGACY;
+const NFT: &dyn Backend = &crate::dataplane::iptables::NFT;
+const NATIVE: &dyn Backend = &crate::dataplane::nftables::NFTABLES;
 use crate::facts::{HostFacts, Interface};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, plan};
@@ -13,11 +17,7 @@ use crate::reconcile::{ReconcileError, reconcile};
 use crate::ruleset::Ruleset;
 use crate::state::State;
 
-const BACKENDS: [Backend; 3] = [
-    Backend::IptablesLegacy,
-    Backend::IptablesNft,
-    Backend::Nftables,
-];
+const BACKENDS: [&dyn Backend; 3] = [LEGACY, NFT, NATIVE];
 
 fn policies() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
@@ -72,7 +72,7 @@ impl Setup {
         }
     }
 
-    fn dataplane(&self, backend: Backend) -> Dataplane<'_> {
+    fn dataplane(&self, backend: &'static dyn Backend) -> Dataplane<'_> {
         Dataplane::new(
             backend,
             &self.fake,
@@ -181,7 +181,7 @@ fn a_failed_write_leaves_the_kernel_exactly_as_before() {
         let before = setup.fake.snapshot();
         // iptables writes sets, then a table per restore: the 2nd write is the first table,
         // after the sets changed. nftables writes everything in one transaction: its 1st.
-        let nth = if backend == Backend::Nftables { 1 } else { 2 };
+        let nth = if backend == NATIVE { 1 } else { 2 };
         setup.fake.fail_write(nth);
         let error = assert_rolled_back(
             reconcile(&dataplane, &backend.desired(&second)),
@@ -202,7 +202,7 @@ fn a_failed_write_leaves_the_kernel_exactly_as_before() {
 #[test]
 fn a_failed_write_on_an_empty_kernel_leaves_it_empty() {
     let rules = policy("office-networkset");
-    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+    for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let before = setup.fake.snapshot();
@@ -245,7 +245,7 @@ fn a_rule_the_kernel_loses_is_a_verify_error_and_is_rolled_back() {
             matches!(error, DataplaneError::Verify(_)),
             "{backend}: {error}"
         );
-        if backend == Backend::Nftables {
+        if backend == NATIVE {
             // A chain nft deleted and made again is listed after the others, as in the kernel.
             assert_eq!(
                 sorted_lines(&setup.fake.snapshot()),
@@ -327,12 +327,12 @@ fn drift_is_repaired_by_putting_back_exactly_what_went_missing() {
 #[test]
 fn a_foreign_program_moving_our_jump_is_repaired() {
     let rules = policy("docker-published-port");
-    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+    for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let desired = backend.desired(&rules);
         reconcile(&dataplane, &desired).expect("apply");
-        let restore = if backend == Backend::IptablesLegacy {
+        let restore = if backend == LEGACY {
             "iptables-legacy-restore"
         } else {
             "iptables-nft-restore"
@@ -373,7 +373,7 @@ fn a_foreign_program_moving_our_jump_is_repaired() {
 #[test]
 fn iptables_creates_sets_before_the_tables_using_them_and_destroys_them_after() {
     let rules = policy("office-networkset");
-    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+    for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let desired = backend.desired(&rules);
@@ -540,7 +540,18 @@ fn the_fake_rejects_what_the_kernel_rejects() {
         gone.stderr
             .contains("The set with the given name does not exist")
     );
+}
 
+#[test]
+fn the_fake_rejects_chains_in_use_and_unknown_tables_as_the_kernel_does() {
+    let fake = FakeKernel::new();
+    let set = run(
+        &fake,
+        "ipset",
+        &["restore"],
+        "create npg4-a hash:net\nadd npg4-a 192.0.2.1\n",
+    );
+    assert!(set.success, "{}", set.stderr);
     // Chains still referenced or not empty, and an unknown table.
     let referenced = "*mangle\n:npg-a - [0:0]\n:npg-b - [0:0]\n-A npg-a -j npg-b\nCOMMIT\n";
     assert!(run(&fake, "iptables-legacy-restore", &["--noflush"], referenced).success);
@@ -596,7 +607,11 @@ fn the_fake_rejects_what_the_kernel_rejects() {
         failure.input_line,
         Some((2, "create npg4-a hash:net".to_owned()))
     );
+}
 
+#[test]
+fn the_fake_writes_an_nft_script_all_or_nothing() {
+    let fake = FakeKernel::new();
     // nft: one transaction, all or nothing.
     let script = "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 192.0.2.0/24 }\nadd chain ip nodeport_guard c\nadd rule ip nodeport_guard c ip saddr @s counter return comment \"npg:A\"\nadd rule ip nodeport_guard c counter jump nope\n";
     let failed = run(&fake, "nft", &["-f", "-"], script);
@@ -692,7 +707,8 @@ fn saves_and_listings_have_the_kernels_layout() {
         ]
     );
     let mut state = State::default();
-    crate::observe::parse_iptables_save(&save, IpFamily::V4, &mut state).expect("parses");
+    crate::dataplane::iptables::parse::parse_iptables_save(&save, IpFamily::V4, &mut state)
+        .expect("parses");
     let filter = state.tables.values().next().expect("filter");
     assert_eq!(
         filter.chains["npg-b"][0].counters.map(|c| c.packets),
@@ -715,7 +731,7 @@ fn saves_and_listings_have_the_kernels_layout() {
         "table ip nodeport_guard { # handle 1\n\tset s { # handle 1\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 192.0.2.0/24, 198.51.100.1 }\n\t}\n\n\tchain mangle-npg-x { # handle 2\n\t\tip saddr @s counter packets 0 bytes 0 return comment \"npg:R\" # handle 3\n\t}\n\n\tchain mangle-PREROUTING { # handle 4\n\t\ttype filter hook prerouting priority -151; policy accept;\n\t\tcounter packets 0 bytes 0 jump mangle-npg-x comment \"npg:H nodeport-guard hook\" # handle 5\n\t}\n}\n"
     );
     let mut state = State::default();
-    crate::dataplane::nft::parse_listing(&listing, IpFamily::V4, &mut state);
+    crate::dataplane::nftables::parse::parse_listing(&listing, IpFamily::V4, &mut state);
     assert_eq!(state.sets["s"].members.len(), 2);
     assert_eq!(
         state.tables.values().next().expect("mangle").hooks["PREROUTING"].len(),
@@ -762,10 +778,9 @@ fn counters_set_by_a_test_are_read_back() {
 fn a_program_that_always_fails_is_reported_with_its_stderr() {
     let rules = policy("nodeport-range");
     let setup = Setup::new();
-    let dataplane = setup.dataplane(Backend::Nftables);
+    let dataplane = setup.dataplane(NATIVE);
     setup.fake.fail_program("nft");
-    let Err(ReconcileError::RolledBack { error }) =
-        reconcile(&dataplane, &Backend::Nftables.desired(&rules))
+    let Err(ReconcileError::RolledBack { error }) = reconcile(&dataplane, &NATIVE.desired(&rules))
     else {
         panic!("expected a rollback");
     };
@@ -782,12 +797,12 @@ fn a_program_that_always_fails_is_reported_with_its_stderr() {
 #[test]
 fn a_set_of_another_type_is_refused_and_rolled_back() {
     let rules = policy("dual-stack");
-    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
+    for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let desired = backend.desired(&rules);
         reconcile(&dataplane, &desired).expect("apply");
-        let restore = if backend == Backend::IptablesLegacy {
+        let restore = if backend == LEGACY {
             "iptables-legacy-restore"
         } else {
             "iptables-nft-restore"

@@ -351,46 +351,8 @@ pub(super) fn restore(
 ) -> Output {
     let noflush = args.iter().any(|arg| matches!(*arg, "-n" | "--noflush"));
     let with_counters = args.iter().any(|arg| matches!(*arg, "-c" | "--counters"));
-    let short = if family == 0 {
-        "iptables-restore"
-    } else {
-        "ip6tables-restore"
-    };
-    let long = program_name(flavor, family, "restore");
-    let banner = match flavor {
-        Flavor::Legacy => format!("{short} v1.8.9 (legacy)"),
-        Flavor::Nft => format!("{long} v1.8.9 (nf_tables)"),
-    };
-    let fail = |line: usize, failure: Failure| -> Output {
-        match failure {
-            Failure::Line(reason) => {
-                let text = match flavor {
-                    Flavor::Legacy => format!("{short}: line {line} failed\n"),
-                    Flavor::Nft if reason.is_empty() => format!("{long}: line {line} failed\n"),
-                    Flavor::Nft => format!("{long}: line {line} failed: {reason}\n"),
-                };
-                output(1, String::new(), text)
-            }
-            Failure::Parameter(message) => {
-                let name = match flavor {
-                    Flavor::Legacy => short,
-                    Flavor::Nft => long.as_str(),
-                };
-                output(
-                    2,
-                    String::new(),
-                    format!(
-                        "{banner}: {message}\nError occurred at line: {line}\nTry `{name} -h' or '{name} --help' for more information.\n"
-                    ),
-                )
-            }
-            Failure::Commit(message) => output(
-                4,
-                String::new(),
-                format!("{banner}: \nline {line}: {message}\n"),
-            ),
-        }
-    };
+    let messages = Messages::new(flavor, family);
+    let fail = |line: usize, failure: Failure| messages.fail(line, failure);
     let mut current: Option<Table> = None;
     let mut pending_jumps: Vec<String> = Vec::new();
     for (index, raw) in input.lines().enumerate() {
@@ -400,28 +362,9 @@ pub(super) fn restore(
             continue;
         }
         if let Some(name) = line.strip_prefix('*') {
-            let existing = store(kernel, flavor, family).table(name).cloned();
-            let handle = existing.as_ref().map_or(0, |table| table.handle);
-            let table = match (noflush, existing) {
-                (true, Some(table)) => Some(table),
-                (_, _) => Table::new(name).map(|table| Table { handle, ..table }),
-            };
-            // iptables-legacy instantiates a table by opening it, whatever follows.
-            if flavor == Flavor::Legacy
-                && let Some(table) = &table
-                && store(kernel, flavor, family).table(name).is_none()
-            {
-                store(kernel, flavor, family).put(table.clone());
-            }
-            match table {
+            match open_table(kernel, flavor, family, noflush, name) {
                 Some(table) => current = Some(table),
-                None => {
-                    let message = match flavor {
-                        Flavor::Legacy => format!("{short}: unable to initialize table '{name}'"),
-                        Flavor::Nft => format!("{long}: line {number} table name '{name}' invalid"),
-                    };
-                    return fail(number, Failure::Parameter(message));
-                }
+                None => return fail(number, Failure::Parameter(messages.bad_table(name, number))),
             }
             pending_jumps.clear();
             continue;
@@ -450,42 +393,9 @@ pub(super) fn restore(
             continue;
         }
         if let Some(declaration) = line.strip_prefix(':') {
-            let words = split_words(declaration);
-            let name = words.first().cloned().unwrap_or_default();
-            let policy = words.get(1).cloned().unwrap_or_else(|| "-".to_owned());
-            let counters = words
-                .get(2)
-                .and_then(|w| parse_counters(w))
-                .unwrap_or((0, 0));
-            match table.chain_mut(&name) {
-                Some(chain) if chain.builtin => {
-                    if policy != "-" {
-                        chain.policy = policy;
-                        chain.base_exists = true;
-                    }
-                    chain.counters = counters;
-                }
-                Some(chain) => {
-                    chain.rules.clear();
-                    chain.counters = counters;
-                }
-                None if name.len() > 28 => {
-                    return fail(
-                        number,
-                        Failure::Parameter(format!("Invalid chain name `{name}'")),
-                    );
-                }
-                None => table.chains.push(Chain {
-                    name,
-                    builtin: false,
-                    policy: "-".to_owned(),
-                    counters,
-                    rules: Vec::new(),
-                    base_exists: false,
-                    nft_order: 0,
-                }),
+            if let Err(failure) = declare_chain(table, declaration) {
+                return fail(number, failure);
             }
-            table.number_chains();
             continue;
         }
         let (rule_counters, command) = match line.strip_prefix('[') {
@@ -528,12 +438,146 @@ pub(super) fn restore(
             1,
             String::new(),
             format!(
-                "{banner}: COMMIT expected at line {}\n",
+                "{}: COMMIT expected at line {}\n",
+                messages.banner,
                 input.lines().count() + 1
             ),
         );
     }
     output(0, String::new(), String::new())
+}
+
+/// How one restore program words its failures.
+struct Messages {
+    flavor: Flavor,
+    short: &'static str,
+    long: String,
+    banner: String,
+}
+
+impl Messages {
+    fn new(flavor: Flavor, family: usize) -> Messages {
+        let short = if family == 0 {
+            "iptables-restore"
+        } else {
+            "ip6tables-restore"
+        };
+        let long = program_name(flavor, family, "restore");
+        let banner = match flavor {
+            Flavor::Legacy => format!("{short} v1.8.9 (legacy)"),
+            Flavor::Nft => format!("{long} v1.8.9 (nf_tables)"),
+        };
+        Messages {
+            flavor,
+            short,
+            long,
+            banner,
+        }
+    }
+
+    /// What the program prints and how it exits when line `line` fails.
+    fn fail(&self, line: usize, failure: Failure) -> Output {
+        let (flavor, short, long, banner) = (self.flavor, self.short, &self.long, &self.banner);
+        match failure {
+            Failure::Line(reason) => {
+                let text = match flavor {
+                    Flavor::Legacy => format!("{short}: line {line} failed\n"),
+                    Flavor::Nft if reason.is_empty() => format!("{long}: line {line} failed\n"),
+                    Flavor::Nft => format!("{long}: line {line} failed: {reason}\n"),
+                };
+                output(1, String::new(), text)
+            }
+            Failure::Parameter(message) => {
+                let name = match flavor {
+                    Flavor::Legacy => short,
+                    Flavor::Nft => long.as_str(),
+                };
+                output(
+                    2,
+                    String::new(),
+                    format!(
+                        "{banner}: {message}\nError occurred at line: {line}\nTry `{name} -h' or '{name} --help' for more information.\n"
+                    ),
+                )
+            }
+            Failure::Commit(message) => output(
+                4,
+                String::new(),
+                format!("{banner}: \nline {line}: {message}\n"),
+            ),
+        }
+    }
+
+    /// A table name the kernel does not know.
+    fn bad_table(&self, name: &str, number: usize) -> String {
+        match self.flavor {
+            Flavor::Legacy => format!("{}: unable to initialize table '{name}'", self.short),
+            Flavor::Nft => format!("{}: line {number} table name '{name}' invalid", self.long),
+        }
+    }
+}
+
+/// `*TABLE`: the table a restore goes on to change (a copy, written back at `COMMIT`); `None`
+/// for a table the kernel does not know.
+fn open_table(
+    kernel: &mut Kernel,
+    flavor: Flavor,
+    family: usize,
+    noflush: bool,
+    name: &str,
+) -> Option<Table> {
+    let existing = store(kernel, flavor, family).table(name).cloned();
+    let handle = existing.as_ref().map_or(0, |table| table.handle);
+    let table = match (noflush, existing) {
+        (true, Some(table)) => Some(table),
+        (_, _) => Table::new(name).map(|table| Table { handle, ..table }),
+    };
+    // iptables-legacy instantiates a table by opening it, whatever follows.
+    if flavor == Flavor::Legacy
+        && let Some(table) = &table
+        && store(kernel, flavor, family).table(name).is_none()
+    {
+        store(kernel, flavor, family).put(table.clone());
+    }
+    table
+}
+
+/// `:CHAIN POLICY [packets:bytes]`: declares (or flushes) a chain.
+fn declare_chain(table: &mut Table, declaration: &str) -> Result<(), Failure> {
+    let words = split_words(declaration);
+    let name = words.first().cloned().unwrap_or_default();
+    let policy = words.get(1).cloned().unwrap_or_else(|| "-".to_owned());
+    let counters = words
+        .get(2)
+        .and_then(|w| parse_counters(w))
+        .unwrap_or((0, 0));
+    match table.chain_mut(&name) {
+        Some(chain) if chain.builtin => {
+            if policy != "-" {
+                chain.policy = policy;
+                chain.base_exists = true;
+            }
+            chain.counters = counters;
+        }
+        Some(chain) => {
+            chain.rules.clear();
+            chain.counters = counters;
+        }
+        None if name.len() > 28 => {
+            return Err(Failure::Parameter(format!("Invalid chain name `{name}'")));
+        }
+        None => table.chains.push(Chain {
+            name,
+            builtin: false,
+            policy: "-".to_owned(),
+            counters,
+            rules: Vec::new(),
+            base_exists: false,
+            nft_order: 0,
+        }),
+    }
+    table.number_chains();
+    Ok(())
 }
 
 fn kernel_has_set(sets: &super::ipset::Sets, name: &str) -> bool {

@@ -1,0 +1,328 @@
+//! The commands against the in-memory kernel: saved plans and their staleness, the rollback
+//! watcher's decisions, `confirm`. No root, no real kernel.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{apply, confirm, plan, rollback};
+use crate::config::{BackendChoice, Config};
+use crate::dataplane::fake::FakeKernel;
+use crate::dataplane::{Backend, Dataplane, iptables, nftables};
+use crate::model::IpFamily;
+use crate::settings::Settings;
+use crate::state::State;
+use crate::system::runtime::{PendingApply, StateDir};
+
+const WHITELIST: &str = "\
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: guard-nodeport
+spec:
+  preDNAT: true
+  applyOnForward: true
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Allow
+      source:
+        nets: [198.51.100.10/32]
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [30008]
+";
+
+struct Harness {
+    dir: tempfile::TempDir,
+    settings: Settings,
+    kernel: FakeKernel,
+    backend: &'static dyn Backend,
+}
+
+impl Harness {
+    fn new(backend: &'static dyn Backend) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).expect("policies");
+        std::fs::write(policies.join("whitelist.yaml"), WHITELIST).expect("policy");
+        let settings = Settings {
+            config: Config {
+                policies_dir: policies,
+                node_name: Some("node1".to_owned()),
+                ..Config::default()
+            },
+            config_path: dir.path().join("config.yaml"),
+            backend: BackendChoice::Named(backend),
+            state_dir: dir.path().join("state"),
+            load: Default::default(),
+        };
+        Harness {
+            dir,
+            settings,
+            kernel: FakeKernel::new(),
+            backend,
+        }
+    }
+
+    fn plan_file(&self) -> PathBuf {
+        self.dir.path().join("plan.json")
+    }
+
+    fn edit_policy(&self, from: &str, to: &str) {
+        let path = self.settings.config.policies_dir.join("whitelist.yaml");
+        let text = std::fs::read_to_string(&path).expect("read");
+        std::fs::write(&path, text.replace(from, to)).expect("write");
+    }
+
+    fn ours(&self) -> State {
+        Dataplane::new(
+            self.backend,
+            &self.kernel,
+            IpFamily::BOTH.to_vec(),
+            &self.settings.state_dir,
+        )
+        .observe()
+        .expect("observe")
+    }
+
+    fn plan_out(&self) {
+        let code = plan::run(
+            &self.settings,
+            &self.kernel,
+            false,
+            false,
+            Some(&self.plan_file()),
+        )
+        .expect("plan");
+        assert_exit(code, 0);
+    }
+
+    fn apply(&self, plan_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+        apply::run(&self.settings, &self.kernel, true, None, plan_file)
+    }
+
+    fn state_dir(&self) -> StateDir {
+        StateDir::new(&self.settings.state_dir)
+    }
+
+    fn pending(&self, id: &str, previous: State) {
+        self.state_dir()
+            .set_pending(&PendingApply {
+                id: id.to_owned(),
+                backend: self.backend,
+                families: IpFamily::BOTH.to_vec(),
+                deadline: 0,
+                watcher_pid: None,
+                previous,
+                previous_index: None,
+            })
+            .expect("pending");
+    }
+
+    /// The program every write of this backend's tables goes through.
+    fn restore_program(&self) -> &'static str {
+        match self.backend.name() {
+            "iptables-legacy" => "iptables-legacy-restore",
+            "iptables-nft" => "iptables-nft-restore",
+            _ => "nft",
+        }
+    }
+}
+
+fn assert_exit(code: ExitCode, expected: u8) {
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", ExitCode::from(expected))
+    );
+}
+
+fn each_backend(test: impl Fn(&'static dyn Backend)) {
+    for backend in [
+        &iptables::LEGACY as &'static dyn Backend,
+        &iptables::NFT,
+        &nftables::NFTABLES,
+    ] {
+        test(backend);
+    }
+}
+
+#[test]
+fn a_saved_plan_applies_what_it_showed() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        harness.plan_out();
+        assert!(
+            harness.ours().is_empty(),
+            "{backend}: `plan` writes nothing"
+        );
+        assert_exit(harness.apply(Some(&harness.plan_file())).expect("apply"), 0);
+        let code = plan::run(&harness.settings, &harness.kernel, true, false, None).expect("plan");
+        assert_exit(code, 0);
+        assert!(!harness.ours().is_empty());
+    });
+}
+
+#[test]
+fn a_saved_plan_is_refused_when_the_policy_files_changed() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        harness.plan_out();
+        harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
+        let before = harness.kernel.snapshot();
+        let error = harness
+            .apply(Some(&harness.plan_file()))
+            .expect_err("a stale plan is refused");
+        assert!(
+            error.to_string().contains("stale plan: the policy files"),
+            "{backend}: {error:#}"
+        );
+        assert_eq!(
+            harness.kernel.snapshot(),
+            before,
+            "{backend}: nothing written"
+        );
+    });
+}
+
+#[test]
+fn a_saved_plan_is_refused_when_the_kernel_changed() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        harness.plan_out();
+        // Someone applies in the meantime.
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        let before = harness.kernel.snapshot();
+        let error = harness
+            .apply(Some(&harness.plan_file()))
+            .expect_err("a stale plan is refused");
+        assert!(
+            error
+                .to_string()
+                .contains("stale plan: the kernel's rules changed"),
+            "{backend}: {error:#}"
+        );
+        assert_eq!(
+            harness.kernel.snapshot(),
+            before,
+            "{backend}: nothing written"
+        );
+    });
+}
+
+#[test]
+fn an_earlier_unconfirmed_apply_blocks_the_next() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        harness.pending("earlier", State::default());
+        let error = harness.apply(None).expect_err("refused");
+        assert!(
+            error
+                .to_string()
+                .contains("waiting for `nodeport-guard confirm`")
+        );
+        assert!(harness.ours().is_empty(), "{backend}: nothing written");
+    });
+}
+
+#[test]
+fn the_watcher_rolls_back_only_its_own_unconfirmed_apply() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        assert_exit(harness.apply(None).expect("apply version A"), 0);
+        let version_a = harness.ours();
+        harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
+        assert_exit(harness.apply(None).expect("apply version B"), 0);
+        let applied = harness.kernel.snapshot();
+        assert_ne!(harness.ours(), version_a);
+        harness.pending("mine", version_a.clone());
+        let state_dir = harness.state_dir();
+
+        // Another apply's watcher: not its business.
+        rollback::roll_back(&state_dir, &harness.kernel, "another").expect("no-op");
+        assert_eq!(harness.kernel.snapshot(), applied, "{backend}");
+        assert!(state_dir.pending().expect("read").is_some());
+
+        rollback::roll_back(&state_dir, &harness.kernel, "mine").expect("rolled back");
+        let back = harness.ours();
+        assert!(
+            crate::plan::plan(&version_a, &back).is_empty(),
+            "{backend}: version A is back"
+        );
+        assert!(state_dir.pending().expect("read").is_none());
+        let record = state_dir.last_rollback().expect("read").expect("recorded");
+        assert_eq!(
+            record.outcome,
+            "was not confirmed in time and was rolled back"
+        );
+    });
+}
+
+#[test]
+fn a_confirmed_apply_is_not_rolled_back() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        let previous = harness.ours();
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        let applied = harness.kernel.snapshot();
+        harness.pending("mine", previous);
+        assert_exit(confirm::run(&harness.settings).expect("confirm"), 0);
+        let state_dir = harness.state_dir();
+        assert_eq!(
+            state_dir
+                .last_rollback()
+                .expect("read")
+                .expect("recorded")
+                .outcome,
+            "was confirmed"
+        );
+        rollback::roll_back(&state_dir, &harness.kernel, "mine").expect("no-op");
+        assert_eq!(
+            harness.kernel.snapshot(),
+            applied,
+            "{backend}: the new rules stay"
+        );
+        // Nothing is waiting any more.
+        assert_exit(confirm::run(&harness.settings).expect("confirm"), 1);
+    });
+}
+
+#[test]
+fn a_rollback_that_keeps_failing_is_recorded_with_its_cause() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        let previous = harness.ours();
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        harness.pending("mine", previous);
+        harness.kernel.fail_program(harness.restore_program());
+        let writes = harness.kernel.writes();
+        let state_dir = harness.state_dir();
+        let error =
+            rollback::roll_back_retrying(&state_dir, &harness.kernel, "mine", Duration::ZERO)
+                .expect_err("every attempt fails");
+        assert!(harness.kernel.writes() >= writes + rollback::ROLLBACK_ATTEMPTS as usize);
+        let record = state_dir.last_rollback().expect("read").expect("recorded");
+        assert!(
+            record.outcome.contains("rolling it back failed 5 times"),
+            "{backend}: {}",
+            record.outcome
+        );
+        assert!(record.outcome.contains(&format!("{error:#}")));
+        assert!(state_dir.pending().expect("read").is_none());
+    });
+}
+
+#[test]
+fn a_rollback_that_fails_once_succeeds_on_the_next_attempt() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        let previous = harness.ours();
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        harness.pending("mine", previous.clone());
+        harness.kernel.fail_write(1);
+        let state_dir = harness.state_dir();
+        rollback::roll_back_retrying(&state_dir, &harness.kernel, "mine", Duration::ZERO)
+            .expect("the second attempt works");
+        assert_eq!(harness.ours(), previous, "{backend}");
+    });
+}

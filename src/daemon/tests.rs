@@ -1,0 +1,267 @@
+//! The daemon loop's guards against the in-memory kernel: what it applies, what it refuses and
+//! what it repairs, one event at a time (no event loop, no root).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::{Daemon, Event, metrics};
+use crate::config::{BackendChoice, Config};
+use crate::dataplane::fake::FakeKernel;
+use crate::dataplane::{Backend, Runner, iptables, nftables};
+use crate::settings::Settings;
+use crate::system::runtime::StateDir;
+
+const WHITELIST: &str = "\
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: guard-nodeport
+spec:
+  preDNAT: true
+  applyOnForward: true
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Allow
+      source:
+        nets: [198.51.100.10/32]
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [30008]
+";
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    policies: PathBuf,
+    kernel: Arc<FakeKernel>,
+    daemon: Daemon,
+}
+
+impl Harness {
+    fn new(backend: &'static dyn Backend, allow_empty: bool) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).expect("policies");
+        let config = Config {
+            policies_dir: policies.clone(),
+            node_name: Some("node1".to_owned()),
+            allow_empty,
+            ..Config::default()
+        };
+        let settings = Settings {
+            config,
+            config_path: dir.path().join("config.yaml"),
+            backend: BackendChoice::Named(backend),
+            state_dir: dir.path().join("state"),
+            load: Default::default(),
+        };
+        let kernel = Arc::new(FakeKernel::new());
+        let runner: Arc<dyn Runner> = kernel.clone();
+        let state_dir = StateDir::new(&settings.state_dir);
+        let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
+        let daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
+        Harness {
+            _dir: dir,
+            policies,
+            kernel,
+            daemon,
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.policies.join(name), text).expect("write policy");
+    }
+
+    fn remove(&self, name: &str) {
+        std::fs::remove_file(self.policies.join(name)).expect("remove policy");
+    }
+
+    fn ours(&self) -> crate::state::State {
+        self.daemon
+            .dataplane(crate::model::IpFamily::BOTH.to_vec())
+            .observe()
+            .expect("observe")
+    }
+
+    fn metric(&self, read: impl Fn(&metrics::Metrics) -> u64) -> u64 {
+        read(&self.daemon.metrics.lock().expect("metrics"))
+    }
+}
+
+fn each_backend(test: impl Fn(&'static dyn Backend)) {
+    for backend in [
+        &iptables::LEGACY as &'static dyn Backend,
+        &iptables::NFT,
+        &nftables::NFTABLES,
+    ] {
+        test(backend);
+    }
+}
+
+fn applied(harness: &mut Harness) -> crate::state::State {
+    harness.write("whitelist.yaml", WHITELIST);
+    harness.daemon.handle(Event::PoliciesChanged);
+    let ours = harness.ours();
+    assert!(!ours.is_empty(), "the whitelist was applied");
+    assert!(harness.daemon.last_errors.is_empty());
+    ours
+}
+
+#[test]
+fn valid_policies_are_applied_and_a_second_event_changes_nothing() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        let writes = harness.kernel.writes();
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(
+            harness.kernel.writes(),
+            writes,
+            "{backend}: nothing to write"
+        );
+        assert_eq!(harness.ours(), ours);
+        assert_eq!(harness.metric(|m| m.drift_repairs), 0);
+    });
+}
+
+#[test]
+fn invalid_policy_files_keep_the_last_good_rules() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.write(
+            "whitelist.yaml",
+            &WHITELIST.replace("198.51.100.10/32", "198.51.100.300/32"),
+        );
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(
+            harness.ours(),
+            ours,
+            "{backend}: the kernel keeps the last good rules"
+        );
+        assert!(
+            harness.daemon.summary.contains("invalid"),
+            "{}",
+            harness.daemon.summary
+        );
+        assert_eq!(
+            harness.daemon.last_errors.len(),
+            1,
+            "{:?}",
+            harness.daemon.last_errors
+        );
+        assert!(harness.daemon.last_errors[0].contains("whitelist.yaml:"));
+        assert_eq!(harness.metric(|m| u64::from(m.policy_files_invalid)), 1);
+    });
+}
+
+#[test]
+fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.write("whitelist.yaml", "kind: [");
+        harness.daemon.handle(Event::PoliciesChanged);
+        let removed = harness.kernel.delete_rules_containing("198.51.100.10");
+        assert!(
+            removed > 0,
+            "{backend}: a foreign program removed our allow rule"
+        );
+        assert_ne!(harness.ours(), ours);
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(
+            harness.ours(),
+            ours,
+            "{backend}: repaired with the last good rules"
+        );
+        assert_eq!(harness.metric(|m| m.drift_repairs), 1);
+    });
+}
+
+#[test]
+fn drift_is_repaired_on_resync() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(harness.ours(), ours, "{backend}");
+        assert_eq!(harness.metric(|m| m.drift_repairs), 1);
+    });
+}
+
+#[test]
+fn a_suddenly_empty_directory_keeps_the_rules() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.remove("whitelist.yaml");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
+        assert!(harness.daemon.refusing_empty);
+        assert_eq!(harness.metric(|m| m.reloads_refused), 1);
+        // Said once, not at every resync.
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(harness.metric(|m| m.reloads_refused), 1);
+        assert_eq!(harness.ours(), ours);
+    });
+}
+
+#[test]
+fn a_missing_directory_keeps_the_rules() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        std::fs::remove_dir_all(&harness.policies).expect("remove the directory");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
+        assert!(
+            harness
+                .daemon
+                .summary
+                .contains("refusing an empty policy set")
+        );
+    });
+}
+
+#[test]
+fn allow_empty_lets_an_emptied_directory_remove_the_rules() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, true);
+        applied(&mut harness);
+        harness.remove("whitelist.yaml");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert!(
+            harness.ours().is_empty(),
+            "{backend}: allowEmpty removes everything"
+        );
+        assert!(!harness.daemon.refusing_empty);
+    });
+}
+
+#[test]
+fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        let before = harness.kernel.snapshot();
+        harness.write(
+            "whitelist.yaml",
+            &WHITELIST.replace("198.51.100.10/32", "198.51.100.20/32"),
+        );
+        harness.kernel.fail_write(1);
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(
+            harness.kernel.snapshot(),
+            before,
+            "{backend}: the kernel as before"
+        );
+        assert_eq!(harness.ours(), ours);
+        assert!(
+            harness.daemon.summary.starts_with("apply failed"),
+            "{}",
+            harness.daemon.summary
+        );
+        assert_eq!(harness.metric(|m| m.reloads_failed), 1);
+    });
+}
