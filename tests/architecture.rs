@@ -254,3 +254,36 @@ fn the_checker_sees_a_cycle() {
         "`crate::a::Thing` and `super::c` are read, `subcrate::` is not"
     );
 }
+
+#[test]
+fn no_source_file_is_too_large_to_hold_in_ones_head() {
+    // The non-test code of one file; a file this long has seams to split it along.
+    const MOST_LINES: usize = 1_000;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let mut long: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            !file
+                .iter()
+                .any(|part| part == "tests" || part == "tests.rs")
+        })
+        .filter_map(|file| {
+            let text = std::fs::read_to_string(file).expect("read");
+            let lines = text
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .count();
+            (lines > MOST_LINES).then(|| format!("{}: {lines} lines", file.display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "files over {MOST_LINES} lines:\n{}",
+        long.join("\n")
+    );
+}
