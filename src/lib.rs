@@ -17,6 +17,8 @@ pub mod daemon;
 pub mod dataplane;
 pub mod diagnostic;
 pub mod facts;
+#[doc(hidden)]
+pub mod fixtures;
 pub mod load;
 pub mod marks;
 pub mod model;

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
-use nodeport_guard::facts::{HostFacts, Interface};
 use nodeport_guard::policy_set::load as load_policies;
 
 fn examples() -> Vec<PathBuf> {
@@ -19,20 +18,6 @@ fn examples() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-/// The host the golden files are rendered for: fixed, so they do not depend on this machine.
-fn host() -> HostFacts {
-    HostFacts {
-        interfaces: vec![Interface {
-            name: "eth0".into(),
-            addresses: vec![
-                "198.51.100.1".parse().expect("ip"),
-                "2001:db8:1::1".parse().expect("ip"),
-            ],
-        }],
-        ..HostFacts::minimal("node1")
-    }
 }
 
 fn render(file: &Path) -> String {
@@ -52,7 +37,11 @@ fn render(file: &Path) -> String {
         "{} has warnings: {errors:#?}",
         file.display()
     );
-    let compiled = compile(&set.model, &Config::default(), &host());
+    let compiled = compile(
+        &set.model,
+        &Config::default(),
+        &nodeport_guard::fixtures::golden_host(),
+    );
     let mut text = String::new();
     for warning in &compiled.warnings {
         text.push_str(&format!("# note: {}\n", warning.message));

@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use nodeport_guard::compile::compile;
@@ -21,7 +21,6 @@ use nodeport_guard::dataplane::{Backend, Dataplane, Output, Runner};
 const LEGACY: &dyn Backend = &nodeport_guard::dataplane::iptables::LEGACY;
 const NFT: &dyn Backend = &nodeport_guard::dataplane::iptables::NFT;
 const NATIVE: &dyn Backend = &nodeport_guard::dataplane::nftables::NFTABLES;
-use nodeport_guard::facts::{HostFacts, Interface};
 use nodeport_guard::model::IpFamily;
 use nodeport_guard::reconcile::{ReconcileError, reconcile};
 use nodeport_guard::ruleset::Ruleset;
@@ -135,35 +134,15 @@ impl Runner for Mirror<'_> {
     }
 }
 
-fn policies() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir("policies")
-        .expect("policies/ exists")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "the golden policies are missing");
-    files
-}
-
-/// The host tests/golden.rs renders for.
-fn host() -> HostFacts {
-    HostFacts {
-        interfaces: vec![Interface {
-            name: "eth0".into(),
-            addresses: vec![
-                "198.51.100.1".parse().expect("ip"),
-                "2001:db8:1::1".parse().expect("ip"),
-            ],
-        }],
-        ..HostFacts::minimal("node1")
-    }
-}
-
 fn ruleset(file: &Path) -> Ruleset {
     let set = nodeport_guard::policy_set::load(&[file.to_path_buf()]);
     assert!(set.is_valid(), "{} is not valid", file.display());
-    compile(&set.model, &Config::default(), &host()).ruleset
+    compile(
+        &set.model,
+        &Config::default(),
+        &nodeport_guard::fixtures::golden_host(),
+    )
+    .ruleset
 }
 
 /// What our parsers read, without what may differ: rule texts (the fake echoes our spelling)
@@ -349,7 +328,7 @@ fn golden_policies_read_the_same(backend: &'static dyn Backend) {
         fail_after: Mutex::new(None),
     };
     let dataplane = Dataplane::new(backend, &mirror, IpFamily::BOTH.to_vec(), dir.path());
-    let mut steps: Vec<(String, State)> = policies()
+    let mut steps: Vec<(String, State)> = nodeport_guard::fixtures::example_policies()
         .iter()
         .map(|file| (file.display().to_string(), backend.desired(&ruleset(file))))
         .collect();

@@ -6,32 +6,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{apply, confirm, plan, rollback};
-use crate::config::{BackendChoice, Config};
 use crate::dataplane::fake::FakeKernel;
-use crate::dataplane::{Backend, Dataplane, iptables, nftables};
+use crate::dataplane::{Backend, Dataplane};
+use crate::fixtures::{self, WHITELIST, each_backend};
 use crate::model::IpFamily;
 use crate::settings::Settings;
 use crate::state::State;
 use crate::system::runtime::{PendingApply, StateDir};
-
-const WHITELIST: &str = "\
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: guard-nodeport
-spec:
-  preDNAT: true
-  applyOnForward: true
-  selector: has(kubernetes.io/hostname)
-  ingress:
-    - action: Allow
-      source:
-        nets: [198.51.100.10/32]
-    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [30008]
-";
 
 struct Harness {
     dir: tempfile::TempDir,
@@ -46,17 +27,7 @@ impl Harness {
         let policies = dir.path().join("policies");
         std::fs::create_dir(&policies).expect("policies");
         std::fs::write(policies.join("whitelist.yaml"), WHITELIST).expect("policy");
-        let settings = Settings {
-            config: Config {
-                policies_dir: policies,
-                node_name: Some("node1".to_owned()),
-                ..Config::default()
-            },
-            config_path: dir.path().join("config.yaml"),
-            backend: BackendChoice::Named(backend),
-            state_dir: dir.path().join("state"),
-            load: Default::default(),
-        };
+        let settings = fixtures::settings(&policies, &dir.path().join("state"), backend);
         Harness {
             dir,
             settings,
@@ -135,16 +106,6 @@ fn assert_exit(code: ExitCode, expected: u8) {
         format!("{code:?}"),
         format!("{:?}", ExitCode::from(expected))
     );
-}
-
-fn each_backend(test: impl Fn(&'static dyn Backend)) {
-    for backend in [
-        &iptables::LEGACY as &'static dyn Backend,
-        &iptables::NFT,
-        &nftables::NFTABLES,
-    ] {
-        test(backend);
-    }
 }
 
 #[test]

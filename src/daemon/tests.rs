@@ -5,30 +5,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::{Daemon, Event, metrics};
-use crate::config::{BackendChoice, Config};
 use crate::dataplane::fake::FakeKernel;
-use crate::dataplane::{Backend, Runner, iptables, nftables};
-use crate::settings::Settings;
+use crate::dataplane::{Backend, Runner};
+use crate::fixtures::{self, WHITELIST, each_backend};
 use crate::system::runtime::StateDir;
-
-const WHITELIST: &str = "\
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: guard-nodeport
-spec:
-  preDNAT: true
-  applyOnForward: true
-  selector: has(kubernetes.io/hostname)
-  ingress:
-    - action: Allow
-      source:
-        nets: [198.51.100.10/32]
-    - action: Deny
-      protocol: TCP
-      destination:
-        ports: [30008]
-";
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -42,19 +22,8 @@ impl Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let policies = dir.path().join("policies");
         std::fs::create_dir(&policies).expect("policies");
-        let config = Config {
-            policies_dir: policies.clone(),
-            node_name: Some("node1".to_owned()),
-            allow_empty,
-            ..Config::default()
-        };
-        let settings = Settings {
-            config,
-            config_path: dir.path().join("config.yaml"),
-            backend: BackendChoice::Named(backend),
-            state_dir: dir.path().join("state"),
-            load: Default::default(),
-        };
+        let mut settings = fixtures::settings(&policies, &dir.path().join("state"), backend);
+        settings.config.allow_empty = allow_empty;
         let kernel = Arc::new(FakeKernel::new());
         let runner: Arc<dyn Runner> = kernel.clone();
         let state_dir = StateDir::new(&settings.state_dir);
@@ -85,16 +54,6 @@ impl Harness {
 
     fn metric(&self, read: impl Fn(&metrics::Metrics) -> u64) -> u64 {
         read(&self.daemon.metrics.lock().expect("metrics"))
-    }
-}
-
-fn each_backend(test: impl Fn(&'static dyn Backend)) {
-    for backend in [
-        &iptables::LEGACY as &'static dyn Backend,
-        &iptables::NFT,
-        &nftables::NFTABLES,
-    ] {
-        test(backend);
     }
 }
 

@@ -10,7 +10,6 @@ use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner, run_checked};
 const LEGACY: &dyn Backend = &crate::dataplane::iptables::LEGACY;
 const NFT: &dyn Backend = &crate::dataplane::iptables::NFT;
 const NATIVE: &dyn Backend = &crate::dataplane::nftables::NFTABLES;
-use crate::facts::{HostFacts, Interface};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, plan};
 use crate::reconcile::{ReconcileError, reconcile};
@@ -19,36 +18,15 @@ use crate::state::State;
 
 const BACKENDS: [&dyn Backend; 3] = [LEGACY, NFT, NATIVE];
 
-fn policies() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("policies/ exists")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "the golden policies are missing");
-    files
-}
-
-/// The host tests/golden.rs renders for.
-fn host() -> HostFacts {
-    HostFacts {
-        interfaces: vec![Interface {
-            name: "eth0".into(),
-            addresses: vec![
-                "198.51.100.1".parse().expect("ip"),
-                "2001:db8:1::1".parse().expect("ip"),
-            ],
-        }],
-        ..HostFacts::minimal("node1")
-    }
-}
-
 fn ruleset(file: &std::path::Path) -> Ruleset {
     let set = crate::policy_set::load(&[file.to_path_buf()]);
     assert!(set.is_valid(), "{} is not valid", file.display());
-    crate::compile::compile(&set.model, &Config::default(), &host()).ruleset
+    crate::compile::compile(
+        &set.model,
+        &Config::default(),
+        &crate::fixtures::golden_host(),
+    )
+    .ruleset
 }
 
 fn policy(name: &str) -> Ruleset {
@@ -118,7 +96,7 @@ pub(crate) fn projection(state: &State) -> String {
 
 #[test]
 fn every_golden_policy_reaches_its_desired_state_on_every_backend() {
-    for file in policies() {
+    for file in crate::fixtures::example_policies() {
         let rules = ruleset(&file);
         for backend in BACKENDS {
             let setup = Setup::new();
