@@ -16,6 +16,7 @@ pub mod counters;
 pub mod daemon;
 pub mod dataplane;
 pub mod diagnostic;
+pub mod digest;
 pub mod facts;
 #[doc(hidden)]
 pub mod fixtures;

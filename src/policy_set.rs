@@ -78,7 +78,7 @@ fn validated(loaded: load::Loaded) -> PolicySet {
         sources: loaded.sources,
         model,
         diagnostics,
-        fingerprint: compile::names::hash(&fingerprint_input),
+        fingerprint: crate::digest::hash(&fingerprint_input),
     }
 }
 

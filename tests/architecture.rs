@@ -39,34 +39,110 @@ fn module_of(src: &Path, file: &Path) -> ModulePath {
     parts
 }
 
-/// The code of a file without its unit tests and comments.
+/// The code of a file without its comments and its `#[cfg(test)]` items (a test module, inline
+/// or declared, may reach anywhere).
 fn production_code(text: &str) -> String {
-    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-    code.lines()
+    let code: String = text
+        .lines()
         .map(|line| line.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        rest = skip_item(&rest[at + "#[cfg(test)]".len()..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What follows the item at the start of `code`: after its `;` or its balanced `{ … }`.
+fn skip_item(code: &str) -> &str {
+    let Some(open) = code.find(['{', ';']) else {
+        return "";
+    };
+    if code.as_bytes()[open] == b';' {
+        return &code[open + 1..];
+    }
+    let mut depth = 0usize;
+    for (index, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &code[open + index + 1..];
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
 }
 
 fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The path segments after each occurrence of `prefix` (`crate::` or `super::`).
-fn paths_after<'t>(code: &'t str, prefix: &str) -> Vec<Vec<&'t str>> {
+/// The paths named after each occurrence of `prefix` (`crate::` or `super::`), as segments;
+/// a group (`crate::{a, b::c}`) names each of its members.
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     for (index, _) in code.match_indices(prefix) {
         if code[..index].chars().next_back().is_some_and(is_ident) {
             continue;
         }
-        let rest = &code[index + prefix.len()..];
-        let end = rest
-            .find(|c: char| !(is_ident(c) || c == ':'))
-            .unwrap_or(rest.len());
-        let segments: Vec<&str> = rest[..end].split("::").filter(|s| !s.is_empty()).collect();
-        if !segments.is_empty() {
-            paths.push(segments);
+        paths.extend(expand(&code[index + prefix.len()..]));
+    }
+    paths
+}
+
+/// The paths at the start of `text`: `a::b::C`, or `a::{b, c::D}` as two.
+fn expand(text: &str) -> Vec<Vec<String>> {
+    let end = text
+        .find(|c: char| !(is_ident(c) || c == ':'))
+        .unwrap_or(text.len());
+    let segments: Vec<String> = text[..end]
+        .split("::")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !text[end..].starts_with('{') || !text[..end].ends_with("::") && end > 0 {
+        return if segments.is_empty() {
+            Vec::new()
+        } else {
+            vec![segments]
+        };
+    }
+    let group = &text[end + 1..];
+    let mut members = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (index, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                members.push(&group[start..index]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                members.push(&group[start..index]);
+                start = index + 1;
+            }
+            _ => {}
         }
+    }
+    let mut paths = Vec::new();
+    for member in members {
+        for tail in expand(member.trim()) {
+            let mut path = segments.clone();
+            path.extend(tail.into_iter().filter(|s| s != "self"));
+            paths.push(path);
+        }
+    }
+    if paths.is_empty() && !segments.is_empty() {
+        paths.push(segments);
     }
     paths
 }
@@ -87,12 +163,12 @@ fn dependencies(
         }
     };
     for segments in paths_after(code, "crate::") {
-        resolve(segments.iter().map(|s| (*s).to_owned()).collect());
+        resolve(segments);
     }
     for segments in paths_after(code, "super::") {
         let mut path = module.clone();
         path.pop();
-        path.extend(segments.iter().map(|s| (*s).to_owned()));
+        path.extend(segments);
         resolve(path);
     }
     found
@@ -253,6 +329,23 @@ fn the_checker_sees_a_cycle() {
         found, known,
         "`crate::a::Thing` and `super::c` are read, `subcrate::` is not"
     );
+    // Groups name each member; test items are left out, the code after them is not.
+    let code = production_code(
+        "use super::{c::{self, X}, Y};\n#[cfg(test)]\nmod tests {\n    fn f() { crate::a::g(); }\n}\nfn h() {}\n",
+    );
+    assert!(!code.contains("crate::a"), "{code}");
+    assert!(code.contains("fn h()"), "{code}");
+    let found = dependencies(&vec!["b".to_owned(), "d".to_owned()], &code, &known);
+    assert_eq!(
+        found,
+        [vec!["b".to_owned(), "c".to_owned()]].into_iter().collect()
+    );
+    let found = dependencies(
+        &vec!["e".to_owned()],
+        "use crate::{a::Thing, b::c::Other};",
+        &known,
+    );
+    assert_eq!(found, known);
 }
 
 #[test]

@@ -17,15 +17,15 @@ use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
 use nodeport_guard::dataplane::fake::FakeKernel;
 use nodeport_guard::dataplane::{Backend, Dataplane, Output, Runner};
-
-const LEGACY: &dyn Backend = &nodeport_guard::dataplane::iptables::LEGACY;
-const NFT: &dyn Backend = &nodeport_guard::dataplane::iptables::NFT;
-const NATIVE: &dyn Backend = &nodeport_guard::dataplane::nftables::NFTABLES;
 use nodeport_guard::model::IpFamily;
 use nodeport_guard::reconcile::{ReconcileError, reconcile};
 use nodeport_guard::ruleset::Ruleset;
 use nodeport_guard::state::State;
 use support::Netns;
+
+const LEGACY: &dyn Backend = &nodeport_guard::dataplane::iptables::LEGACY;
+const NFT: &dyn Backend = &nodeport_guard::dataplane::iptables::NFT;
+const NATIVE: &dyn Backend = &nodeport_guard::dataplane::nftables::NFTABLES;
 
 /// Runs programs inside a network namespace.
 struct NetnsRunner<'a> {

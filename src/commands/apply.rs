@@ -180,7 +180,7 @@ fn record_pending(
         now_seconds(),
         previous.fingerprint()
     );
-    let id = crate::compile::names::hash(&seed)[..12].to_owned();
+    let id = crate::digest::hash(&seed)[..12].to_owned();
     let pending = PendingApply {
         id,
         backend: target.backend,

@@ -3,16 +3,10 @@
 //! Every name is deterministic: the same policies always give the same names, so a plan
 //! compares like with like and an unchanged policy never causes a write.
 
-use base64::Engine as _;
-use sha2::{Digest, Sha256};
-
 use crate::model::{Direction, IpFamily};
 use crate::ruleset::{CHAIN_PREFIX, MAX_CHAIN_NAME, MAX_SET_NAME};
 
-/// URL-safe base64 (no padding) of the SHA-256 of `text`.
-pub fn hash(text: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(text.as_bytes()))
-}
+pub use crate::digest::hash;
 
 /// `prefix + suffix` if it fits in `max` characters, else `prefix + "_" + hash(suffix)` cut to
 /// `max` (Felix's `GetLengthLimitedID`). Names users write never contain `_`, so a hashed

@@ -11,12 +11,12 @@
 //! 5. on a tie, what the system's `iptables` command is.
 
 use super::{Backend, Runner};
+use crate::model::IpFamily;
 
 /// The backends detection chooses between.
 const LEGACY: &dyn Backend = &super::iptables::LEGACY;
 const NFT: &dyn Backend = &super::iptables::NFT;
 const NATIVE: &dyn Backend = &super::nftables::NFTABLES;
-use crate::model::IpFamily;
 
 /// What one backend's save shows, for the decision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

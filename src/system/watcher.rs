@@ -28,7 +28,11 @@ pub fn spawn(state_dir: &Path, id: &str) -> Result<u32> {
 
 /// Tells a watcher its apply was confirmed (SIGTERM); one that is gone already is no error.
 pub fn stop(pid: u32) {
+    // 0 (or a pid too large to be one) would signal a process group: ours.
     let Ok(pid) = i32::try_from(pid) else { return };
+    if pid <= 0 {
+        return;
+    }
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGTERM,

@@ -122,8 +122,6 @@ fn sort_resources(
     host_endpoints.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
-/// What is wrong with one value: a one-sentence message and, when there is something useful to
-/// say, what to write instead.
 /// A checked resource, ready for the model.
 enum Checked {
     Policy(Policy),

@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use super::FakeKernel;
 use crate::config::Config;
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner, run_checked};
-
-const LEGACY: &dyn Backend = &crate::dataplane::iptables::LEGACY;
-const NFT: &dyn Backend = &crate::dataplane::iptables::NFT;
-const NATIVE: &dyn Backend = &crate::dataplane::nftables::NFTABLES;
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, plan};
 use crate::reconcile::{ReconcileError, reconcile};
 use crate::ruleset::Ruleset;
 use crate::state::State;
+
+const LEGACY: &dyn Backend = &crate::dataplane::iptables::LEGACY;
+const NFT: &dyn Backend = &crate::dataplane::iptables::NFT;
+const NATIVE: &dyn Backend = &crate::dataplane::nftables::NFTABLES;
 
 const BACKENDS: [&dyn Backend; 3] = [LEGACY, NFT, NATIVE];
 

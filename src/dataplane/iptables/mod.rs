@@ -466,7 +466,7 @@ mod base_chains {
 
 /// The temporary name a set is rebuilt under before it is swapped in.
 pub fn temporary_set_name(name: &str) -> String {
-    let digest = crate::compile::names::hash(name);
+    let digest = crate::digest::hash(name);
     format!("npg-tmp-{}", &digest[..20])
 }
 
