@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::{apply, confirm, plan, rollback};
+use super::{apply, cleanup, confirm, plan, rollback};
 use crate::dataplane::fake::FakeKernel;
 use crate::dataplane::{Backend, Dataplane};
 use crate::fixtures::{self, WHITELIST, each_backend};
@@ -285,5 +285,67 @@ fn a_rollback_that_fails_once_succeeds_on_the_next_attempt() {
         rollback::roll_back_retrying(&state_dir, &harness.kernel, "mine", Duration::ZERO)
             .expect("the second attempt works");
         assert_eq!(harness.ours(), previous, "{backend}");
+    });
+}
+
+#[test]
+fn cleanup_removes_everything_of_ours_and_then_has_nothing_to_do() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        assert!(!harness.ours().is_empty());
+        assert_exit(
+            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            0,
+        );
+        assert!(
+            harness.ours().is_empty(),
+            "{backend}: nothing of ours is left"
+        );
+        let writes = harness.kernel.writes();
+        assert_exit(
+            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            0,
+        );
+        assert_eq!(
+            harness.kernel.writes(),
+            writes,
+            "{backend}: nothing to write"
+        );
+    });
+}
+
+#[test]
+fn cleanup_leaves_foreign_rules_alone() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        let foreign = if backend.name() == "nftables" {
+            harness.kernel.foreign(
+                "nft",
+                &["-f", "-"],
+                "add table ip filter\nadd chain ip filter KUBE-X\nadd rule ip filter KUBE-X counter drop\n",
+            )
+        } else {
+            harness.kernel.foreign(
+                harness.restore_program(),
+                &["--noflush"],
+                "*mangle\n:KUBE-X - [0:0]\n-A KUBE-X -j DROP\nCOMMIT\n",
+            )
+        };
+        assert!(foreign.success, "{}", foreign.stderr);
+        let before = harness.kernel.snapshot();
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        assert_exit(
+            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            0,
+        );
+        assert!(
+            harness.kernel.snapshot().contains("KUBE-X"),
+            "{backend}: the foreign chain stays"
+        );
+        assert!(harness.ours().is_empty());
+        if backend.name() == "nftables" {
+            assert_eq!(harness.kernel.snapshot(), before, "{backend}: as it was");
+        }
     });
 }

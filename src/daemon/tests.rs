@@ -198,29 +198,61 @@ fn allow_empty_lets_an_emptied_directory_remove_the_rules() {
     });
 }
 
+/// A second policy in the filter table: with it, a change is more than one write.
+const SSH_FROM_OFFICE: &str = "\
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: ssh-from-office
+spec:
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        nets: [192.0.2.0/24]
+      destination:
+        ports: [22]
+";
+
 #[test]
 fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
     each_backend(|backend| {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
-        let before = harness.kernel.snapshot();
-        harness.write(
-            "whitelist.yaml",
-            &WHITELIST.replace("198.51.100.10/32", "198.51.100.20/32"),
-        );
-        harness.kernel.fail_write(1);
+        let changed = WHITELIST.replace("198.51.100.10/32", "198.51.100.20/32") + SSH_FROM_OFFICE;
+        harness.write("whitelist.yaml", &changed);
+        // nftables writes everything in one transaction; iptables one table at a time, so its
+        // second write fails after the first went through, and the first must be undone.
+        let one_transaction = backend.name() == "nftables";
+        harness
+            .kernel
+            .fail_write(if one_transaction { 1 } else { 2 });
+        let writes = harness.kernel.writes();
         harness.daemon.handle(Event::PoliciesChanged);
-        assert_eq!(
-            harness.kernel.snapshot(),
-            before,
-            "{backend}: the kernel as before"
-        );
-        assert_eq!(harness.ours(), ours);
+        assert_eq!(harness.ours(), ours, "{backend}: the previous rules");
+        if !one_transaction {
+            assert!(
+                harness.kernel.writes() > writes + 2,
+                "{backend}: the first write was undone by more writes"
+            );
+        }
         assert!(
             harness.daemon.summary.starts_with("apply failed"),
             "{}",
             harness.daemon.summary
         );
+        assert!(
+            harness
+                .daemon
+                .summary
+                .contains("the previous rules were restored")
+        );
         assert_eq!(harness.metric(|m| m.reloads_failed), 1);
+        // The next event applies the change.
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_ne!(harness.ours(), ours);
+        assert!(harness.daemon.last_errors.is_empty());
     });
 }

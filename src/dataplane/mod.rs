@@ -218,3 +218,58 @@ impl<'r> Dataplane<'r> {
         self.backend.write(self, plan, desired)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_are_the_ones_files_and_scripts_already_use() {
+        // Saved plans, pending applies, status files and config files name backends: these
+        // names are a format.
+        let names: Vec<&str> = BACKENDS.iter().map(|backend| backend.name()).collect();
+        assert_eq!(names, ["iptables-legacy", "iptables-nft", "nftables"]);
+        assert_eq!(
+            BackendChoice::names().collect::<Vec<_>>(),
+            ["auto", "iptables-legacy", "iptables-nft", "nftables"]
+        );
+    }
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Stored {
+        #[serde(with = "serde_by_name")]
+        backend: &'static dyn Backend,
+    }
+
+    #[test]
+    fn a_stored_backend_is_its_name_and_reads_back() {
+        for backend in BACKENDS {
+            let text = serde_json::to_string(&Stored { backend: *backend }).expect("serializes");
+            assert_eq!(text, format!("{{\"backend\":\"{}\"}}", backend.name()));
+            let read: Stored = serde_json::from_str(&text).expect("reads back");
+            assert_eq!(read.backend, *backend);
+        }
+        let error = serde_json::from_str::<Stored>("{\"backend\":\"ebtables\"}")
+            .expect_err("an unknown backend is refused");
+        assert!(
+            error.to_string().contains("unknown backend `ebtables`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_choice_is_auto_or_a_listed_backend() {
+        assert_eq!(BackendChoice::parse("auto"), Some(BackendChoice::Auto));
+        assert_eq!(
+            BackendChoice::parse("nftables"),
+            Some(BackendChoice::Named(&nftables::NFTABLES))
+        );
+        assert_eq!(BackendChoice::parse("iptables"), None);
+        for name in BackendChoice::names() {
+            assert_eq!(
+                BackendChoice::parse(name).map(BackendChoice::as_str),
+                Some(name)
+            );
+        }
+    }
+}
