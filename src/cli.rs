@@ -134,11 +134,16 @@ pub enum Command {
     Confirm,
     /// Run as a daemon: apply, watch the policy directory, repair drift.
     Run,
-    /// Packets and bytes matched per policy rule, from the kernel counters.
+    /// What the kernel holds, read from the kernel: per policy rule whether it is there and its
+    /// packets and bytes, whether that is what the policies say, the last change, the daemon.
     Status {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// Exit 0 when the kernel holds what the policies say, 2 when it differs, 1 when that
+        /// cannot be told (invalid policy files) or on error
+        #[arg(long)]
+        detailed_exitcode: bool,
     },
     /// Remove every chain, jump and set nodeport-guard owns.
     Cleanup {

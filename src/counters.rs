@@ -61,8 +61,33 @@ pub fn origin_index(
     }
 }
 
+/// Whether the kernel holds a policy rule: every kernel rule that carries its verdict, some of
+/// them (in one family but not the other, say), or none.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub enum Presence {
+    /// Every kernel rule of it is there.
+    Yes,
+    /// Some are missing.
+    Partly,
+    /// None is there.
+    No,
+}
+
+impl Presence {
+    /// `yes`, `partly` or `no`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Presence::Yes => "yes",
+            Presence::Partly => "partly",
+            Presence::No => "no",
+        }
+    }
+}
+
 /// Packets and bytes matched by one policy rule.
 #[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
 pub struct RuleCounter {
     /// Policy name.
     pub policy: String,
@@ -74,18 +99,23 @@ pub struct RuleCounter {
     pub packets: u64,
     /// Bytes matched (all families).
     pub bytes: u64,
+    /// Whether the kernel holds it.
+    pub in_kernel: Presence,
 }
+
+/// Per policy rule: packets, bytes, kernel rules found, kernel rules expected.
+type Tally = (u64, u64, usize, usize);
 
 /// Packets and bytes per policy rule: the counters of the kernel rules that carry each policy
 /// rule's verdict, summed over families and tables.
 pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter> {
-    let mut totals: BTreeMap<(String, Direction, usize), (u64, u64)> = BTreeMap::new();
+    let mut totals: BTreeMap<(String, Direction, usize), Tally> = BTreeMap::new();
     for entry in &index.origins {
         let key = state::TableKey {
             family: entry.family,
             table: entry.table,
         };
-        let counters = observed
+        let found = observed
             .tables
             .get(&key)
             .and_then(|table| table.chains.get(&entry.chain))
@@ -93,9 +123,8 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
                 rules
                     .iter()
                     .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
-            })
-            .and_then(|rule| rule.counters)
-            .unwrap_or_default();
+            });
+        let counters = found.and_then(|rule| rule.counters).unwrap_or_default();
         let total = totals
             .entry((
                 entry.origin.policy.clone(),
@@ -105,16 +134,23 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
             .or_default();
         total.0 += counters.packets;
         total.1 += counters.bytes;
+        total.2 += usize::from(found.is_some());
+        total.3 += 1;
     }
     totals
         .into_iter()
         .map(
-            |((policy, direction, rule), (packets, bytes))| RuleCounter {
+            |((policy, direction, rule), (packets, bytes, found, expected))| RuleCounter {
                 policy,
                 direction,
                 rule,
                 packets,
                 bytes,
+                in_kernel: match found {
+                    0 => Presence::No,
+                    found if found == expected => Presence::Yes,
+                    _ => Presence::Partly,
+                },
             },
         )
         .collect()

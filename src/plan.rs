@@ -148,6 +148,30 @@ impl Plan {
             .collect()
     }
 
+    /// What the plan touches, in a few words for a log line or `status`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for table in &self.tables {
+            for chain in &table.chains {
+                let action = format!("{:?}", chain.action).to_lowercase();
+                parts.push(format!("{action} chain {} ({})", chain.name, table.key));
+            }
+            for hook in &table.hooks {
+                parts.push(format!("{} ({})", hook.reason, table.key));
+            }
+        }
+        for set in &self.sets {
+            let action = format!("{:?}", set.action).to_lowercase();
+            parts.push(format!(
+                "{action} set {} (+{} -{})",
+                set.name,
+                set.add.len(),
+                set.remove.len()
+            ));
+        }
+        parts.join("; ")
+    }
+
     /// The counts of the summary line.
     pub fn summary(&self) -> Summary {
         let mut summary = Summary::default();
@@ -177,8 +201,13 @@ impl Plan {
 impl Summary {
     /// The one-line summary.
     pub fn line(&self) -> String {
+        format!("Plan: {}", self.counts())
+    }
+
+    /// The counts alone: `10 chains to add, 0 to change, …`.
+    pub fn counts(&self) -> String {
         format!(
-            "Plan: {} chain{} to add, {} to change, {} to remove; {} jump{} to fix; {} set{} to add, {} to change, {} to remove ({} member{} to add, {} to remove)",
+            "{} chain{} to add, {} to change, {} to remove; {} jump{} to fix; {} set{} to add, {} to change, {} to remove ({} member{} to add, {} to remove)",
             self.chains_to_add,
             plural(self.chains_to_add),
             self.chains_to_change,

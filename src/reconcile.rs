@@ -84,7 +84,7 @@ pub fn apply_against(
         Err(error) => {
             tracing::error!(%error, "apply failed; restoring the previous rules");
             match restore(dataplane, &before) {
-                Ok(()) => Err(ReconcileError::RolledBack { error }),
+                Ok(_) => Err(ReconcileError::RolledBack { error }),
                 Err(restore) => Err(ReconcileError::RestoreFailed { error, restore }),
             }
         }
@@ -110,13 +110,14 @@ pub fn verify(
     }
 }
 
-/// Puts `previous` back, whatever the kernel holds now.
-pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<(), DataplaneError> {
+/// Puts `previous` back, whatever the kernel holds now. /// Returns what it changed.
+pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, DataplaneError> {
     let now = dataplane.observe()?;
     let changes = plan(previous, &now);
     if changes.is_empty() {
-        return Ok(());
+        return Ok(changes);
     }
     dataplane.apply(&changes, previous)?;
-    verify(dataplane, previous, &changes)
+    verify(dataplane, previous, &changes)?;
+    Ok(changes)
 }

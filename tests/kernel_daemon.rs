@@ -1009,6 +1009,54 @@ fn drift_is_repaired_within_the_resync_interval(backend: Backend) {
 }
 backend_tests!(drift_is_repaired_within_the_resync_interval, iptables_only);
 
+/// SIGHUP re-checks the kernel even when it cannot use the files: with the policy files invalid
+/// (and then the directory emptied) and no resync due for an hour, a flushed policy chain is
+/// back right after SIGHUP, and the whitelist holds again.
+fn sighup_repairs_drift_while_the_files_cannot_be_used(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = daemon_guard(&lab, "1h", "");
+    let file = guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = our_rules_and_members(&guard);
+    let chain = guard
+        .snapshot()
+        .chains(Family::V4, "mangle", "npg-pi-")
+        .into_iter()
+        .next()
+        .expect("a policy chain");
+    let repaired_by_sighup = |what: &str| {
+        iptables(&lab, Family::V4, &format!("-t mangle -F {chain}"));
+        assert_ne!(our_rules_and_members(&guard), applied, "{what}: the drift");
+        let mark = daemon.mark();
+        daemon.signal(Signal::SIGHUP);
+        let repaired = wait_until(RELOAD_WITHIN, POLL, || {
+            our_rules_and_members(&guard) == applied
+        });
+        assert!(
+            repaired,
+            "{what}: not repaired after SIGHUP; kernel now:\n{}\n--- daemon log ---\n{}",
+            our_rules_and_members(&guard),
+            daemon.log_since(mark)
+        );
+        assert_traffic(&lab, &[SRC_A], &[SRC_B], what);
+    };
+
+    let mark = daemon.mark();
+    write_in_place(&file, "kind: [broken\n");
+    daemon.expect_log(mark, "invalid", RELOAD_WITHIN);
+    repaired_by_sighup("invalid policy files");
+
+    let mark = daemon.mark();
+    guard.remove_policy("policies.yaml");
+    daemon.expect_log(mark, "keeping the rules in place", RELOAD_WITHIN);
+    repaired_by_sighup("an empty policy directory");
+}
+backend_tests!(
+    sighup_repairs_drift_while_the_files_cannot_be_used,
+    iptables_only
+);
+
 // ---------------------------------------------------------------------------
 // 5. The empty-set guard.
 // ---------------------------------------------------------------------------

@@ -683,18 +683,29 @@ fn unconfirmed_apply_rolls_back_to_the_previous_rules(backend: Backend) {
 
     let out = guard.run_expect(&["confirm"], 1);
     assert_contains(&out.stderr, "rolled back", "confirm after the rollback");
-    // `status` names the rules that are back.
+    // `status` names the rules that are back in its table, says that the kernel no longer holds
+    // what the policy files (version B) say, and that the apply was rolled back.
     let status = guard.run_expect(&["status"], 0);
-    assert_contains(
-        &status.stdout,
-        "guard-nodeport",
-        "status after the rollback",
-    );
+    let table: String = status
+        .stdout
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_contains(&table, "guard-nodeport", "status after the rollback");
     assert!(
-        !status.stdout.contains("guard-host-service"),
+        !table.contains("guard-host-service"),
         "status after the rollback names the rules that went:\n{}",
         status.stdout
     );
+    assert_contains(&status.stdout, "Out of sync", "status after the rollback");
+    assert_contains(
+        &status.stdout,
+        "was rolled back",
+        "status after the rollback",
+    );
+    let code = guard.run(&["status", "--detailed-exitcode"]).status.code();
+    assert_eq!(code, Some(2), "the kernel differs from the policy files");
 }
 backend_tests!(unconfirmed_apply_rolls_back_to_the_previous_rules);
 

@@ -643,7 +643,7 @@ fn text_counters(status: &str, policy: &str, rule: u64) -> (u64, u64) {
         .lines()
         .map(|line| line.split_whitespace().collect::<Vec<_>>())
         .find(|words| {
-            words.len() == 5 && words[0] == policy && words[1] == "ingress" && words[2] == rule
+            words.len() == 6 && words[0] == policy && words[1] == "ingress" && words[2] == rule
         })
         .unwrap_or_else(|| panic!("no line for {policy} ingress rule {rule} in:\n{status}"));
     let number = |word: &str| word.parse().unwrap_or_else(|e| panic!("{word}: {e}"));

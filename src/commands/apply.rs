@@ -139,6 +139,7 @@ pub fn run(
         }
     };
     record_applied(&state_dir, &target.index);
+    record_change(&state_dir, "apply", &outcome.plan);
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
     if let Some(pending) = pending
         && let Err(error) = start_watcher(&state_dir, pending)
@@ -148,7 +149,7 @@ pub fn run(
         let restored = reconcile::restore(&dataplane, &outcome.before);
         state_dir.clear_pending().ok();
         return Err(match restored {
-            Ok(()) => error.context("the previous rules were restored"),
+            Ok(_) => error.context("the previous rules were restored"),
             Err(restore) => error.context(format!(
                 "restoring the previous rules failed too: {restore}"
             )),
@@ -164,6 +165,17 @@ pub fn record_applied(state_dir: &StateDir, index: &AppliedIndex) {
         tracing::warn!(
             dir = %state_dir.path().display(),
             "cannot write the state directory, so `status` cannot name the policy rules of the counters: {error:#}"
+        );
+    }
+}
+
+/// Records a change written to the kernel for `status`; like [`record_applied`], a state
+/// directory that cannot be written does not undo it.
+pub fn record_change(state_dir: &StateDir, by: &str, plan: &crate::plan::Plan) {
+    if let Err(error) = state_dir.record_change(by, plan.summary().counts()) {
+        tracing::warn!(
+            dir = %state_dir.path().display(),
+            "cannot write the state directory, so `status` cannot show the last change: {error:#}"
         );
     }
 }

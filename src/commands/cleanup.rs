@@ -35,8 +35,11 @@ pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCo
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
     }
-    reconcile::apply_against(&dataplane, &State::default(), observed)?;
+    let outcome = reconcile::apply_against(&dataplane, &State::default(), observed)?;
     state_dir.clear_pending().ok();
+    // Nothing is applied any more: `status` names no rules.
+    state_dir.clear_applied().ok();
+    super::apply::record_change(&state_dir, "cleanup", &outcome.plan);
     println!("Removed every chain, jump and set of nodeport-guard.");
     Ok(ExitCode::SUCCESS)
 }

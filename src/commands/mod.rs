@@ -79,7 +79,12 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
         }),
         Command::Confirm => with_settings(global, |s| confirm::run(&s)),
         Command::Cleanup { yes } => with_settings(global, |s| cleanup::run(&s, local, *yes)),
-        Command::Status { json } => with_settings(global, |s| status::run(&s, local, *json)),
+        Command::Status {
+            json,
+            detailed_exitcode,
+        } => with_settings(global, |s| {
+            status::run(&s, local, *json, *detailed_exitcode)
+        }),
         Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::apply::record_applied;
+use super::apply::{record_applied, record_change};
 use crate::dataplane::{Dataplane, Runner};
 use crate::reconcile;
 use crate::system::runtime::{RollbackRecord, StateDir, now_seconds};
@@ -93,7 +93,7 @@ pub fn roll_back(state_dir: &StateDir, runner: &dyn Runner, id: &str) -> Result<
         pending.families.clone(),
         state_dir.path(),
     );
-    reconcile::restore(&dataplane, &pending.previous)?;
+    let restored = reconcile::restore(&dataplane, &pending.previous)?;
     // `status` names the counters of the rules that are back, not of the ones that went.
     match &pending.previous_index {
         Some(index) => record_applied(state_dir, index),
@@ -101,6 +101,7 @@ pub fn roll_back(state_dir: &StateDir, runner: &dyn Runner, id: &str) -> Result<
             let _ = state_dir.clear_applied();
         }
     }
+    record_change(state_dir, "rollback", &restored);
     state_dir.clear_pending()?;
     state_dir.set_last_rollback(&RollbackRecord {
         id: id.to_owned(),

@@ -1,21 +1,57 @@
-//! `status`: packets and bytes per policy rule from the kernel's counters, a pending
-//! confirmation, a failed rollback and the daemon's own summary.
+//! `status`: what the kernel holds, read from the kernel. Per policy rule whether it is there
+//! and its packets and bytes; whether that is what the policies say (and if not, what differs);
+//! a pending confirmation, the last apply, confirmation or rollback; the daemon.
 
-use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Result;
+use serde_json::json;
 
-use crate::counters::{self, AppliedIndex, RuleCounter};
-use crate::dataplane::{Dataplane, Runner};
+use crate::counters::{self, Presence, RuleCounter};
+use crate::dataplane::{Backend, Dataplane, Runner};
 use crate::model::IpFamily;
-use crate::policy_set;
+use crate::plan::{self, Plan};
+use crate::policy_set::{self, Compiling};
 use crate::settings::Settings;
+use crate::state::State;
 use crate::system::host::host_facts;
-use crate::system::runtime::{StateDir, now_seconds};
+use crate::system::runtime::{
+    ApplyRecord, PendingApply, RollbackRecord, StateDir, now_seconds, process_alive,
+};
 
-/// `status [--json]`.
-pub fn run(settings: &Settings, runner: &dyn Runner, json: bool) -> Result<ExitCode> {
+/// How the kernel compares with the policy files.
+enum Comparison {
+    /// It holds exactly what they say.
+    Same,
+    /// It differs: what `apply` would change.
+    Differs(Plan),
+    /// The files cannot be compiled, so nobody can tell.
+    Unknown(String),
+}
+
+/// Everything `status` says.
+pub(super) struct Report {
+    backend: &'static dyn Backend,
+    /// Whether the kernel holds anything of ours.
+    applied: bool,
+    rows: Vec<RuleCounter>,
+    sync: Comparison,
+    pending: Option<PendingApply>,
+    last_apply: Option<ApplyRecord>,
+    last_rollback: Option<RollbackRecord>,
+    daemon: Option<serde_json::Value>,
+    daemon_running: bool,
+}
+
+/// `status [--json] [--detailed-exitcode]`: with `--detailed-exitcode`, 0 in sync, 2 out of
+/// sync, 1 when that cannot be told (the policy files are invalid or missing).
+pub fn run(
+    settings: &Settings,
+    runner: &dyn Runner,
+    json: bool,
+    detailed: bool,
+) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     let backend = settings.backend.resolve(runner);
     let dataplane = Dataplane::new(
@@ -25,63 +61,244 @@ pub fn run(settings: &Settings, runner: &dyn Runner, json: bool) -> Result<ExitC
         &settings.state_dir,
     );
     let observed = dataplane.observe()?;
-    let index = match state_dir.applied()? {
-        Some(index) => index,
-        None => match policy_set::compile_for(settings, &host_facts(&settings.config)) {
-            Some((_, compiled)) => {
-                counters::origin_index(&compiled.ruleset, backend, now_seconds())
+    let report = gather(settings, backend, &observed, &state_dir)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        report.print(&mut std::io::stdout().lock())?;
+    }
+    Ok(match (&report.sync, detailed) {
+        (_, false) | (Comparison::Same, true) => ExitCode::SUCCESS,
+        (Comparison::Differs(_), true) => ExitCode::from(2),
+        (Comparison::Unknown(why), true) => {
+            eprintln!("error: cannot tell whether the kernel is in sync: {why}");
+            ExitCode::from(1)
+        }
+    })
+}
+
+pub(super) fn gather(
+    settings: &Settings,
+    backend: &'static dyn Backend,
+    observed: &State,
+    state_dir: &StateDir,
+) -> Result<Report> {
+    let compiling = policy_set::compile_quietly(settings, &host_facts(&settings.config));
+    let sync = match &compiling {
+        Compiling::Compiled(_, compiled) => {
+            let changes = plan::plan(&backend.desired(&compiled.ruleset), observed);
+            if changes.is_empty() {
+                Comparison::Same
+            } else {
+                Comparison::Differs(changes)
             }
-            None => AppliedIndex::default(),
+        }
+        Compiling::Invalid(set) => Comparison::Unknown(format!(
+            "the policy files are invalid ({} error{}; `nodeport-guard validate` shows them)",
+            set.diagnostics.iter().filter(|d| d.is_error()).count(),
+            if set.diagnostics.iter().filter(|d| d.is_error()).count() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        )),
+        Compiling::MissingDirectory => Comparison::Unknown(format!(
+            "the policy directory `{}` does not exist",
+            settings.config.policies_dir.display()
+        )),
+    };
+    // The rules the kernel holds, named by what was last applied; without that record, by
+    // what the policy files would write, as far as the kernel holds it.
+    let rows = match state_dir.applied()? {
+        Some(index) if !observed.is_empty() => counters::rule_counters(observed, &index),
+        Some(_) => Vec::new(),
+        None => match &compiling {
+            Compiling::Compiled(_, compiled) => {
+                let index = counters::origin_index(&compiled.ruleset, backend, now_seconds());
+                counters::rule_counters(observed, &index)
+                    .into_iter()
+                    .filter(|row| row.in_kernel != Presence::No)
+                    .collect()
+            }
+            _ => Vec::new(),
         },
     };
-    let rows = counters::rule_counters(&observed, &index);
     let daemon = state_dir.daemon_status()?;
-    let pending = state_dir.pending()?;
-    let last_rollback = state_dir.last_rollback().ok().flatten();
-    if json {
-        let value = serde_json::json!({
-            "backend": backend.name(),
-            "rules": rows,
+    let daemon_running = daemon
+        .as_ref()
+        .and_then(|status| status.get("pid"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|pid| u32::try_from(pid).ok())
+        .is_some_and(process_alive);
+    Ok(Report {
+        backend,
+        applied: !observed.is_empty(),
+        rows,
+        sync,
+        pending: state_dir.pending()?,
+        last_apply: state_dir.last_apply().ok().flatten(),
+        last_rollback: state_dir.last_rollback().ok().flatten(),
+        daemon,
+        daemon_running,
+    })
+}
+
+/// `2026-12-01T21:18:21Z (5s ago)`.
+fn when(at: u64) -> String {
+    let time = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(at));
+    let ago = now_seconds().saturating_sub(at);
+    let ago = humantime::format_duration(Duration::from_secs(ago));
+    format!("{time} ({ago} ago)")
+}
+
+impl Report {
+    pub(super) fn json(&self) -> serde_json::Value {
+        let (in_sync, differences) = match &self.sync {
+            Comparison::Same => (json!(true), serde_json::Value::Null),
+            Comparison::Differs(changes) => (
+                json!(false),
+                json!({"summary": changes.summary(), "line": changes.summary().line(), "what": changes.describe()}),
+            ),
+            Comparison::Unknown(why) => (serde_json::Value::Null, json!({"unknown": why})),
+        };
+        let mut daemon = self.daemon.clone();
+        if let Some(serde_json::Value::Object(fields)) = &mut daemon {
+            fields.insert("running".to_owned(), json!(self.daemon_running));
+        }
+        json!({
+            "backend": self.backend.name(),
+            "applied": self.applied,
+            "inSync": in_sync,
+            "differences": differences,
+            "rules": self.rows,
             "daemon": daemon,
-            "pendingConfirmation": pending.map(|p| serde_json::json!({"id": p.id, "deadline": p.deadline})),
-            "lastRollback": last_rollback,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(ExitCode::SUCCESS);
+            "pendingConfirmation": self.pending.as_ref().map(|p| json!({"id": p.id, "deadline": p.deadline})),
+            "lastApply": self.last_apply,
+            "lastRollback": self.last_rollback,
+        })
     }
-    let mut stdout = std::io::stdout().lock();
-    print_table(&mut stdout, &rows)?;
-    if let Some(pending) = pending {
-        writeln!(
-            stdout,
-            "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
-            pending.deadline.saturating_sub(now_seconds())
-        )?;
+
+    pub(super) fn print(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        print_table(out, &self.rows)?;
+        writeln!(out)?;
+        match (&self.sync, self.applied) {
+            (Comparison::Same, true) => writeln!(
+                out,
+                "In sync: the kernel holds exactly what the policies say ({}).",
+                self.backend
+            )?,
+            (Comparison::Same, false) => writeln!(
+                out,
+                "Nothing of nodeport-guard is in the kernel ({}), and the policies ask for nothing on this host.",
+                self.backend
+            )?,
+            (Comparison::Differs(changes), applied) => {
+                if applied {
+                    writeln!(
+                        out,
+                        "Out of sync: the kernel ({}) differs from the policies; `apply` would change {}.",
+                        self.backend,
+                        changes.summary().counts()
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "Nothing of nodeport-guard is in the kernel ({}); `apply` would change {}.",
+                        self.backend,
+                        changes.summary().counts()
+                    )?;
+                }
+                for part in changes.describe().split("; ") {
+                    writeln!(out, "  {part}")?;
+                }
+                writeln!(
+                    out,
+                    "`nodeport-guard plan` shows every line; `nodeport-guard apply` fixes it."
+                )?;
+            }
+            (Comparison::Unknown(why), _) => writeln!(
+                out,
+                "Cannot compare the kernel ({}) with the policies: {why}.",
+                self.backend
+            )?,
+        }
+        self.print_history(out)?;
+        self.print_daemon(out)
     }
-    // A rollback that failed left rules in place that nobody confirmed: say so until the next.
-    if let Some(record) = last_rollback.filter(|record| record.outcome.contains("failed")) {
-        writeln!(
-            stdout,
-            "\nThe last unconfirmed apply ({}) {}.",
-            record.id, record.outcome
-        )?;
+
+    fn print_history(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        if let Some(record) = &self.last_apply {
+            writeln!(
+                out,
+                "\nLast change: {} by {}: {}.",
+                when(record.at),
+                record.by,
+                record.summary
+            )?;
+        }
+        if let Some(pending) = &self.pending {
+            writeln!(
+                out,
+                "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
+                pending.deadline.saturating_sub(now_seconds())
+            )?;
+        }
+        if let Some(record) = &self.last_rollback {
+            // A rollback that failed left rules in place that nobody confirmed.
+            if record.outcome.contains("failed") {
+                writeln!(
+                    out,
+                    "\nThe last unconfirmed apply ({}) {}.",
+                    record.id, record.outcome
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "\nThe last apply with a confirm window ({}) {}: {}.",
+                    record.id,
+                    record.outcome,
+                    when(record.at)
+                )?;
+            }
+        }
+        Ok(())
     }
-    if let Some(daemon) = daemon {
-        if let Some(line) = daemon.get("summary").and_then(|s| s.as_str()) {
-            writeln!(stdout, "\nDaemon: {line}")?;
+
+    fn print_daemon(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let Some(daemon) = &self.daemon else {
+            return writeln!(out, "\nDaemon: not running.");
+        };
+        let summary = daemon
+            .get("summary")
+            .and_then(|s| s.as_str())
+            .unwrap_or_default();
+        if self.daemon_running {
+            let pid = daemon.get("pid").and_then(serde_json::Value::as_u64);
+            writeln!(
+                out,
+                "\nDaemon: running (pid {}): {summary}",
+                pid.unwrap_or_default()
+            )?;
+        } else {
+            let at = daemon.get("updatedAt").and_then(serde_json::Value::as_u64);
+            writeln!(
+                out,
+                "\nDaemon: not running (last seen {}): {summary}",
+                at.map_or_else(|| "at an unknown time".to_owned(), when)
+            )?;
         }
         if let Some(errors) = daemon.get("lastErrors").and_then(|e| e.as_array()) {
             for error in errors {
                 if let Some(text) = error.as_str() {
-                    writeln!(stdout, "  {text}")?;
+                    writeln!(out, "  {text}")?;
                 }
             }
         }
+        Ok(())
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// The counters as a table, one line per policy rule.
+/// The counters as a table, one line per policy rule the kernel holds.
 fn print_table(out: &mut impl std::io::Write, rows: &[RuleCounter]) -> std::io::Result<()> {
     let width = rows
         .iter()
@@ -91,18 +308,19 @@ fn print_table(out: &mut impl std::io::Write, rows: &[RuleCounter]) -> std::io::
         .max(6);
     writeln!(
         out,
-        "{:width$}  {:9}  {:>4}  {:>12}  {:>14}",
+        "{:width$}  {:9}  {:>4}  {:>12}  {:>14}  IN-KERNEL",
         "POLICY", "DIRECTION", "RULE", "PACKETS", "BYTES"
     )?;
     for row in rows {
         writeln!(
             out,
-            "{:width$}  {:9}  {:>4}  {:>12}  {:>14}",
+            "{:width$}  {:9}  {:>4}  {:>12}  {:>14}  {}",
             row.policy,
             row.direction.to_string(),
             row.rule,
             row.packets,
-            row.bytes
+            row.bytes,
+            row.in_kernel.as_str()
         )?;
     }
     if rows.is_empty() {

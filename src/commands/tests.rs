@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::{apply, cleanup, confirm, plan, rollback};
+use super::{apply, cleanup, confirm, plan, rollback, status};
 use crate::dataplane::fake::FakeKernel;
 use crate::dataplane::{Backend, Dataplane};
 use crate::fixtures::{self, WHITELIST, each_backend};
@@ -348,4 +348,137 @@ fn cleanup_leaves_foreign_rules_alone() {
             assert_eq!(harness.kernel.snapshot(), before, "{backend}: as it was");
         }
     });
+}
+
+impl Harness {
+    fn status(&self) -> serde_json::Value {
+        let ours = self.ours();
+        status::gather(&self.settings, self.backend, &ours, &self.state_dir())
+            .expect("status")
+            .json()
+    }
+
+    fn status_exit(&self) -> String {
+        let code = status::run(&self.settings, &self.kernel, true, true).expect("status");
+        format!("{code:?}")
+    }
+}
+
+fn exit(code: u8) -> String {
+    format!("{:?}", ExitCode::from(code))
+}
+
+#[test]
+fn status_reads_the_kernel_not_the_policy_files() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        // Before the first apply: nothing is there, and that is not what the policies say.
+        let before = harness.status();
+        assert_eq!(before["applied"], false, "{backend}: {before:#}");
+        assert_eq!(before["inSync"], false);
+        assert_eq!(before["rules"], serde_json::json!([]));
+        assert_eq!(harness.status_exit(), exit(2));
+
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        let applied = harness.status();
+        assert_eq!(applied["applied"], true, "{backend}: {applied:#}");
+        assert_eq!(applied["inSync"], true);
+        let rules = applied["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), 2, "{applied:#}");
+        assert!(
+            rules.iter().all(|rule| rule["inKernel"] == "yes"),
+            "{applied:#}"
+        );
+        assert_eq!(applied["lastApply"]["by"], "apply");
+        assert_eq!(harness.status_exit(), exit(0));
+
+        // Another program deletes our allow rule: status says so, as plan would.
+        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        let drifted = harness.status();
+        assert_eq!(drifted["inSync"], false, "{backend}: {drifted:#}");
+        assert!(
+            drifted["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .any(|rule| rule["rule"] == 0 && rule["inKernel"] != "yes"),
+            "{drifted:#}"
+        );
+        assert_eq!(harness.status_exit(), exit(2));
+
+        assert_exit(
+            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            0,
+        );
+        let cleaned = harness.status();
+        assert_eq!(cleaned["applied"], false, "{backend}: {cleaned:#}");
+        assert_eq!(cleaned["rules"], serde_json::json!([]));
+        assert_eq!(cleaned["lastApply"]["by"], "cleanup");
+    });
+}
+
+#[test]
+fn status_cannot_tell_when_the_policy_files_are_invalid() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        harness.edit_policy("198.51.100.10/32", "198.51.100.300/32");
+        let status = harness.status();
+        assert_eq!(
+            status["inSync"],
+            serde_json::Value::Null,
+            "{backend}: {status:#}"
+        );
+        assert!(
+            status["differences"]["unknown"]
+                .as_str()
+                .is_some_and(|why| why.contains("invalid")),
+            "{status:#}"
+        );
+        // The kernel's rules are still named and counted.
+        assert_eq!(status["rules"].as_array().map(Vec::len), Some(2));
+        assert_eq!(harness.status_exit(), exit(1));
+    });
+}
+
+#[test]
+fn status_text_says_what_the_kernel_holds_and_what_happened() {
+    let harness = Harness::new(&crate::dataplane::iptables::LEGACY);
+    let text = |harness: &Harness| {
+        let ours = harness.ours();
+        let report = status::gather(
+            &harness.settings,
+            harness.backend,
+            &ours,
+            &harness.state_dir(),
+        )
+        .expect("status");
+        let mut out = Vec::new();
+        report.print(&mut out).expect("print");
+        String::from_utf8(out).expect("text")
+    };
+    let before = text(&harness);
+    assert!(before.contains("(no policy rules are applied)"), "{before}");
+    assert!(
+        before.contains(
+            "Nothing of nodeport-guard is in the kernel (iptables-legacy); `apply` would change"
+        ),
+        "{before}"
+    );
+    assert!(before.contains("Daemon: not running."), "{before}");
+
+    assert_exit(harness.apply(None).expect("apply"), 0);
+    let after = text(&harness);
+    assert!(
+        after.contains("In sync: the kernel holds exactly what the policies say"),
+        "{after}"
+    );
+    assert!(after.contains("Last change: "), "{after}");
+    assert!(after.contains(" by apply: "), "{after}");
+    let row = after
+        .lines()
+        .find(|line| line.starts_with("guard-nodeport") && line.contains(" ingress "))
+        .unwrap_or_else(|| panic!("no row in\n{after}"));
+    assert!(row.ends_with(" yes"), "{row}");
+    println!("{after}");
 }

@@ -240,6 +240,7 @@ mod tests {
                 rule: 1,
                 packets: 5,
                 bytes: 300,
+                in_kernel: crate::counters::Presence::Yes,
             }],
         );
         assert!(text.contains("# TYPE nodeport_guard_reloads_total counter\n"));

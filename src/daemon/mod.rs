@@ -344,7 +344,7 @@ impl Daemon {
                 if event == Event::Resync && changed && self.last_good.is_some() {
                     tracing::warn!(
                         changes = %summary.line(),
-                        what = %describe(&outcome.plan),
+                        what = %outcome.plan.describe(),
                         "drift repaired: another program changed nodeport-guard's rules"
                     );
                 } else if changed {
@@ -365,6 +365,12 @@ impl Daemon {
                 }
                 for warning in &compiled.warnings {
                     tracing::debug!(warning = %warning.message, "plan note");
+                }
+                if changed {
+                    let recorded = self
+                        .state_dir
+                        .record_change("daemon", outcome.plan.summary().counts());
+                    self.state_dir_result(recorded);
                 }
                 let recorded = self.state_dir.set_applied(&counters::origin_index(
                     &compiled.ruleset,
@@ -467,9 +473,13 @@ impl Daemon {
         self.repair_with_last_good(event, facts);
     }
 
-    /// On resync, keeps the last good rules in place even while the files are unusable.
+    /// On resync, SIGHUP and address changes, keeps the last good rules in place even while the
+    /// files are unusable.
     fn repair_with_last_good(&mut self, event: Event, facts: &HostFacts) {
-        if !matches!(event, Event::Resync | Event::AddressesChanged) {
+        if !matches!(
+            event,
+            Event::Resync | Event::Reload | Event::AddressesChanged
+        ) {
             return;
         }
         let Some(good) = &self.last_good else { return };
@@ -485,7 +495,11 @@ impl Daemon {
                 if let Ok(mut metrics) = self.metrics.lock() {
                     metrics.drift_repairs += 1;
                 }
-                tracing::warn!(changes = %outcome.summary().line(), what = %describe(&outcome.plan), "drift repaired with the last good rules");
+                tracing::warn!(changes = %outcome.summary().line(), what = %outcome.plan.describe(), "drift repaired with the last good rules");
+                let recorded = self
+                    .state_dir
+                    .record_change("daemon", outcome.plan.summary().counts());
+                self.state_dir_result(recorded);
             }
             Ok(_) => {}
             Err(error) => tracing::error!(%error, "repairing drift failed"),
@@ -524,34 +538,6 @@ fn applied_summary(policies: usize, backend: &'static dyn Backend, changed_now: 
         "{policies} policies applied with {backend}; last change {}",
         if changed_now { "now" } else { "earlier" }
     )
-}
-
-/// What a plan touches, in a few words for a log line.
-fn describe(plan: &crate::plan::Plan) -> String {
-    let mut parts = Vec::new();
-    for table in &plan.tables {
-        for chain in &table.chains {
-            parts.push(
-                format!("{:?} chain {} ({})", chain.action, chain.name, table.key).to_lowercase(),
-            );
-        }
-        for hook in &table.hooks {
-            parts.push(format!("{} ({})", hook.reason, table.key));
-        }
-    }
-    for set in &plan.sets {
-        parts.push(
-            format!(
-                "{:?} set {} (+{} -{})",
-                set.action,
-                set.name,
-                set.add.len(),
-                set.remove.len()
-            )
-            .to_lowercase(),
-        );
-    }
-    parts.join("; ")
 }
 
 #[cfg(test)]

@@ -256,3 +256,30 @@ fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
         assert!(harness.daemon.last_errors.is_empty());
     });
 }
+
+#[test]
+fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.write("whitelist.yaml", "kind: [");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.daemon.handle(Event::Reload);
+        assert_eq!(
+            harness.ours(),
+            ours,
+            "{backend}: SIGHUP put the last good rules back"
+        );
+
+        harness.remove("whitelist.yaml");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.daemon.handle(Event::Reload);
+        assert_eq!(
+            harness.ours(),
+            ours,
+            "{backend}: also with an empty directory"
+        );
+    });
+}

@@ -195,6 +195,23 @@ impl StateDir {
         self.write_json("applied.json", index)
     }
 
+    /// The last change written to the kernel, by any command or the daemon.
+    pub fn last_apply(&self) -> Result<Option<ApplyRecord>> {
+        self.read_json("last-apply.json")
+    }
+
+    /// Records a change written to the kernel, now, by `by`.
+    pub fn record_change(&self, by: &str, summary: String) -> Result<()> {
+        self.write_json(
+            "last-apply.json",
+            &ApplyRecord {
+                at: now_seconds(),
+                by: by.to_owned(),
+                summary,
+            },
+        )
+    }
+
     /// The daemon's status, if a daemon wrote one.
     pub fn daemon_status(&self) -> Result<Option<serde_json::Value>> {
         self.read_json("daemon.json")
@@ -227,6 +244,18 @@ pub struct PendingApply {
     pub previous_index: Option<AppliedIndex>,
 }
 
+/// A change written to the kernel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyRecord {
+    /// Seconds since the epoch.
+    pub at: u64,
+    /// Who wrote it: `apply`, `cleanup`, `rollback` or `daemon`.
+    pub by: String,
+    /// What changed, in words (the plan's summary line).
+    pub summary: String,
+}
+
 /// What became of an unconfirmed apply.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RollbackRecord {
@@ -236,6 +265,19 @@ pub struct RollbackRecord {
     pub at: u64,
     /// What happened, in words.
     pub outcome: String,
+}
+
+/// Whether a process with this pid runs (on this host, in this pid namespace).
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // Signal 0 checks without sending; EPERM means it runs as another user.
+    pid > 0
+        && matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Ok(()) | Err(nix::errno::Errno::EPERM)
+        )
 }
 
 /// Seconds since the epoch.

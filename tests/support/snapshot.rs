@@ -377,6 +377,16 @@ fn canonical_save(text: &str) -> String {
             out.push('\n');
         }
     }
+    // A filtered save (`ours()`) has lost its `*table` and `COMMIT` lines: what it holds still
+    // counts.
+    declarations.sort_unstable();
+    for line in declarations
+        .into_iter()
+        .chain(rules.into_values().flatten())
+    {
+        out.push_str(line);
+        out.push('\n');
+    }
     out
 }
 
