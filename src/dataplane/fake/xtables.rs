@@ -608,7 +608,78 @@ fn rest_after(command: &str, skip_words: usize) -> String {
     rest.trim().to_owned()
 }
 
-#[allow(clippy::too_many_lines)]
+/// One command of a table block (`-A CHAIN …`, `-N CHAIN`, …) and what applying it needs.
+struct Command<'a> {
+    flavor: Flavor,
+    text: &'a str,
+    words: Vec<String>,
+    /// The word after the verb; empty when there is none.
+    chain_name: String,
+    /// The counters the line starts with (`[packets:bytes]`), for a new rule.
+    counters: (u64, u64),
+    drop_rules: &'a [String],
+    sets_exist: &'a dyn Fn(&Rule) -> Result<(), Failure>,
+}
+
+impl Command<'_> {
+    /// A refused command: iptables-nft says `nft`, iptables-legacy says nothing.
+    fn refused(&self, nft: &str) -> Failure {
+        Failure::Line(match self.flavor {
+            Flavor::Legacy => String::new(),
+            Flavor::Nft => nft.to_owned(),
+        })
+    }
+
+    fn no_chain(&self) -> Failure {
+        self.refused("No chain/target/match by that name.")
+    }
+
+    /// The rule after the first `skip_words` words, with the line's counters.
+    fn rule(&self, skip_words: usize) -> Rule {
+        Rule {
+            spec: rest_after(self.text, skip_words),
+            counters: self.counters,
+        }
+    }
+
+    /// The number after the chain's name, if there is one.
+    fn position(&self) -> Option<usize> {
+        self.words.get(2).and_then(|w| w.parse::<usize>().ok())
+    }
+
+    /// Its sets must exist, and so must the chain it jumps to: at once for iptables-legacy,
+    /// at commit for iptables-nft (which resolves jumps then).
+    fn check_rule(
+        &self,
+        table: &Table,
+        rule: &Rule,
+        pending: &mut Vec<String>,
+    ) -> Result<(), Failure> {
+        (self.sets_exist)(rule)?;
+        if let Some(target) = rule.target()
+            && table.chain(&target).is_none()
+        {
+            match self.flavor {
+                Flavor::Legacy => {
+                    return Err(Failure::Parameter(format!(
+                        "Couldn't load target `{target}':No such file or directory\n"
+                    )));
+                }
+                // iptables-nft resolves jumps when the batch is committed.
+                Flavor::Nft => pending.push(target),
+            }
+        }
+        Ok(())
+    }
+
+    /// A rule the kernel silently loses (`FakeKernel::drop_rules_containing`).
+    fn dropped(&self, spec: &str) -> bool {
+        self.drop_rules
+            .iter()
+            .any(|needle| spec.contains(needle.as_str()))
+    }
+}
+
 fn apply_command(
     table: &mut Table,
     flavor: Flavor,
@@ -619,200 +690,213 @@ fn apply_command(
     pending_jumps: &mut Vec<String>,
 ) -> Result<(), Failure> {
     let words = split_words(command);
-    let verb = words.first().map(String::as_str).unwrap_or_default();
-    let chain_name = words.get(1).cloned().unwrap_or_default();
-    let no_chain = || match flavor {
-        Flavor::Legacy => Failure::Line(String::new()),
-        Flavor::Nft => Failure::Line("No chain/target/match by that name.".to_owned()),
+    let verb = words.first().cloned().unwrap_or_default();
+    let command = Command {
+        flavor,
+        text: command,
+        chain_name: words.get(1).cloned().unwrap_or_default(),
+        words,
+        counters,
+        drop_rules,
+        sets_exist,
     };
-    let check_rule =
-        |table: &Table, rule: &Rule, pending: &mut Vec<String>| -> Result<(), Failure> {
-            sets_exist(rule)?;
-            if let Some(target) = rule.target()
-                && table.chain(&target).is_none()
-            {
-                match flavor {
-                    Flavor::Legacy => {
-                        return Err(Failure::Parameter(format!(
-                            "Couldn't load target `{target}':No such file or directory\n"
-                        )));
-                    }
-                    // iptables-nft resolves jumps when the batch is committed.
-                    Flavor::Nft => pending.push(target),
-                }
-            }
-            Ok(())
-        };
-    let dropped = |spec: &str| {
-        drop_rules
-            .iter()
-            .any(|needle| spec.contains(needle.as_str()))
-    };
-    match verb {
-        "-A" | "--append" => {
-            let rule = Rule {
-                spec: rest_after(command, 2),
-                counters,
-            };
-            check_rule(table, &rule, pending_jumps)?;
-            let chain = table.chain_mut(&chain_name).ok_or_else(no_chain)?;
-            chain.base_exists = true;
-            if !dropped(&rule.spec) {
-                chain.rules.push(rule);
-            }
-        }
-        "-I" | "--insert" => {
-            let (position, skip) = match words.get(2).and_then(|w| w.parse::<usize>().ok()) {
-                Some(position) => (position, 3),
-                None => (1, 2),
-            };
-            let rule = Rule {
-                spec: rest_after(command, skip),
-                counters,
-            };
-            check_rule(table, &rule, pending_jumps)?;
-            let chain = table.chain_mut(&chain_name).ok_or_else(no_chain)?;
-            if position == 0 || position > chain.rules.len() + 1 {
-                return Err(Failure::Line(match flavor {
-                    Flavor::Legacy => String::new(),
-                    Flavor::Nft => "Index of insertion too big.".to_owned(),
-                }));
-            }
-            chain.base_exists = true;
-            if !dropped(&rule.spec) {
-                chain.rules.insert(position - 1, rule);
-            }
-        }
-        "-R" | "--replace" => {
-            let position = words
-                .get(2)
-                .and_then(|w| w.parse::<usize>().ok())
-                .unwrap_or(0);
-            let rule = Rule {
-                spec: rest_after(command, 3),
-                counters,
-            };
-            check_rule(table, &rule, pending_jumps)?;
-            let chain = table.chain_mut(&chain_name).ok_or_else(no_chain)?;
-            if position == 0 || position > chain.rules.len() {
-                return Err(Failure::Line(match flavor {
-                    Flavor::Legacy => String::new(),
-                    Flavor::Nft => "Index of replacement too big.".to_owned(),
-                }));
-            }
-            chain.rules[position - 1] = rule;
-        }
-        "-D" | "--delete" => {
-            let chain = table.chain_mut(&chain_name).ok_or_else(no_chain)?;
-            let by_number = words.get(2).and_then(|w| w.parse::<usize>().ok());
-            let index = match by_number {
-                Some(position) if words.len() == 3 => {
-                    (position >= 1 && position <= chain.rules.len()).then(|| position - 1)
-                }
-                _ => {
-                    let wanted = split_words(&rest_after(command, 2));
-                    chain
-                        .rules
-                        .iter()
-                        .position(|rule| rule.normalized() == wanted)
-                }
-            };
-            let Some(index) = index else {
-                return Err(Failure::Line(match (flavor, by_number) {
-                    (Flavor::Legacy, _) => String::new(),
-                    (Flavor::Nft, Some(_)) if words.len() == 3 => {
-                        "Index of deletion too big.".to_owned()
-                    }
-                    (Flavor::Nft, _) => {
-                        "Bad rule (does a matching rule exist in that chain?).".to_owned()
-                    }
-                }));
-            };
-            chain.rules.remove(index);
-        }
-        "-F" | "--flush" => {
-            if chain_name.is_empty() {
-                table
-                    .chains
-                    .iter_mut()
-                    .for_each(|chain| chain.rules.clear());
-            } else {
-                table
-                    .chain_mut(&chain_name)
-                    .ok_or_else(no_chain)?
-                    .rules
-                    .clear();
-            }
-        }
+    match verb.as_str() {
+        "-A" | "--append" => append_rule(table, &command, pending_jumps),
+        "-I" | "--insert" => insert_rule(table, &command, pending_jumps),
+        "-R" | "--replace" => replace_rule(table, &command, pending_jumps),
+        "-D" | "--delete" => delete_rule(table, &command),
+        "-F" | "--flush" => flush_chains(table, &command),
         "-Z" | "--zero" => {
-            for chain in table
-                .chains
-                .iter_mut()
-                .filter(|chain| chain_name.is_empty() || chain.name == chain_name)
-            {
-                chain.counters = (0, 0);
-                chain
-                    .rules
-                    .iter_mut()
-                    .for_each(|rule| rule.counters = (0, 0));
-            }
+            zero_counters(table, &command.chain_name);
+            Ok(())
         }
-        "-N" | "--new-chain" => {
-            if table.chain(&chain_name).is_some() {
-                return Err(Failure::Line(match flavor {
-                    Flavor::Legacy => String::new(),
-                    Flavor::Nft => "Chain already exists.".to_owned(),
-                }));
-            }
-            table.chains.push(Chain {
-                name: chain_name,
-                builtin: false,
-                policy: "-".to_owned(),
-                counters: (0, 0),
-                rules: Vec::new(),
-                base_exists: false,
-                nft_order: 0,
+        "-N" | "--new-chain" => new_chain(table, &command),
+        "-X" | "--delete-chain" => delete_chains(table, &command),
+        "-P" | "--policy" => set_policy(table, &command),
+        _ => Err(Failure::Parameter(format!("unknown command `{verb}'"))),
+    }
+}
+
+/// `-A CHAIN RULE`.
+fn append_rule(
+    table: &mut Table,
+    command: &Command,
+    pending_jumps: &mut Vec<String>,
+) -> Result<(), Failure> {
+    let rule = command.rule(2);
+    command.check_rule(table, &rule, pending_jumps)?;
+    let chain = table
+        .chain_mut(&command.chain_name)
+        .ok_or_else(|| command.no_chain())?;
+    chain.base_exists = true;
+    if !command.dropped(&rule.spec) {
+        chain.rules.push(rule);
+    }
+    Ok(())
+}
+
+/// `-I CHAIN [N] RULE`: at position N, counted from 1 (the default).
+fn insert_rule(
+    table: &mut Table,
+    command: &Command,
+    pending_jumps: &mut Vec<String>,
+) -> Result<(), Failure> {
+    let (position, skip) = match command.position() {
+        Some(position) => (position, 3),
+        None => (1, 2),
+    };
+    let rule = command.rule(skip);
+    command.check_rule(table, &rule, pending_jumps)?;
+    let chain = table
+        .chain_mut(&command.chain_name)
+        .ok_or_else(|| command.no_chain())?;
+    if position == 0 || position > chain.rules.len() + 1 {
+        return Err(command.refused("Index of insertion too big."));
+    }
+    chain.base_exists = true;
+    if !command.dropped(&rule.spec) {
+        chain.rules.insert(position - 1, rule);
+    }
+    Ok(())
+}
+
+/// `-R CHAIN N RULE`.
+fn replace_rule(
+    table: &mut Table,
+    command: &Command,
+    pending_jumps: &mut Vec<String>,
+) -> Result<(), Failure> {
+    let position = command.position().unwrap_or(0);
+    let rule = command.rule(3);
+    command.check_rule(table, &rule, pending_jumps)?;
+    let chain = table
+        .chain_mut(&command.chain_name)
+        .ok_or_else(|| command.no_chain())?;
+    if position == 0 || position > chain.rules.len() {
+        return Err(command.refused("Index of replacement too big."));
+    }
+    chain.rules[position - 1] = rule;
+    Ok(())
+}
+
+/// `-D CHAIN N` or `-D CHAIN RULE`.
+fn delete_rule(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let chain = table
+        .chain_mut(&command.chain_name)
+        .ok_or_else(|| command.no_chain())?;
+    let by_number = command.position().filter(|_| command.words.len() == 3);
+    let index = match by_number {
+        Some(position) => (position >= 1 && position <= chain.rules.len()).then(|| position - 1),
+        None => {
+            let wanted = split_words(&rest_after(command.text, 2));
+            chain
+                .rules
+                .iter()
+                .position(|rule| rule.normalized() == wanted)
+        }
+    };
+    let Some(index) = index else {
+        return Err(command.refused(if by_number.is_some() {
+            "Index of deletion too big."
+        } else {
+            "Bad rule (does a matching rule exist in that chain?)."
+        }));
+    };
+    chain.rules.remove(index);
+    Ok(())
+}
+
+/// `-F [CHAIN]`: without a chain, every chain of the table.
+fn flush_chains(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    if command.chain_name.is_empty() {
+        table
+            .chains
+            .iter_mut()
+            .for_each(|chain| chain.rules.clear());
+    } else {
+        table
+            .chain_mut(&command.chain_name)
+            .ok_or_else(|| command.no_chain())?
+            .rules
+            .clear();
+    }
+    Ok(())
+}
+
+/// `-Z [CHAIN]`: the counters of the chain (or of every chain) and of its rules.
+fn zero_counters(table: &mut Table, chain_name: &str) {
+    for chain in table
+        .chains
+        .iter_mut()
+        .filter(|chain| chain_name.is_empty() || chain.name == chain_name)
+    {
+        chain.counters = (0, 0);
+        chain
+            .rules
+            .iter_mut()
+            .for_each(|rule| rule.counters = (0, 0));
+    }
+}
+
+/// `-N CHAIN`.
+fn new_chain(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    if table.chain(&command.chain_name).is_some() {
+        return Err(command.refused("Chain already exists."));
+    }
+    table.chains.push(Chain {
+        name: command.chain_name.clone(),
+        builtin: false,
+        policy: "-".to_owned(),
+        counters: (0, 0),
+        rules: Vec::new(),
+        base_exists: false,
+        nft_order: 0,
+    });
+    Ok(())
+}
+
+/// `-X [CHAIN]`: without a chain, every user chain of the table. Each must be empty and
+/// unreferenced.
+fn delete_chains(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let names: Vec<String> = if command.chain_name.is_empty() {
+        table
+            .chains
+            .iter()
+            .filter(|chain| !chain.builtin)
+            .map(|chain| chain.name.clone())
+            .collect()
+    } else {
+        vec![command.chain_name.clone()]
+    };
+    for name in names {
+        let chain = table.chain(&name).ok_or_else(|| command.no_chain())?;
+        let busy = chain.builtin || !chain.rules.is_empty() || table.referenced(&name);
+        if busy {
+            return Err(match command.flavor {
+                Flavor::Legacy => Failure::Line(String::new()),
+                Flavor::Nft => Failure::Commit(format!(
+                    "CHAIN_DEL failed (Device or resource busy): chain {name}"
+                )),
             });
         }
-        "-X" | "--delete-chain" => {
-            let names: Vec<String> = if chain_name.is_empty() {
-                table
-                    .chains
-                    .iter()
-                    .filter(|chain| !chain.builtin)
-                    .map(|chain| chain.name.clone())
-                    .collect()
-            } else {
-                vec![chain_name]
-            };
-            for name in names {
-                let chain = table.chain(&name).ok_or_else(no_chain)?;
-                let busy = chain.builtin || !chain.rules.is_empty() || table.referenced(&name);
-                if busy {
-                    return Err(match flavor {
-                        Flavor::Legacy => Failure::Line(String::new()),
-                        Flavor::Nft => Failure::Commit(format!(
-                            "CHAIN_DEL failed (Device or resource busy): chain {name}"
-                        )),
-                    });
-                }
-                table.chains.retain(|chain| chain.name != name);
-            }
-        }
-        "-P" | "--policy" => {
-            let policy = words.get(2).cloned().unwrap_or_default();
-            let chain = table.chain_mut(&chain_name).ok_or_else(no_chain)?;
-            if !chain.builtin || !matches!(policy.as_str(), "ACCEPT" | "DROP") {
-                return Err(Failure::Parameter(format!(
-                    "Bad built-in chain name or policy `{chain_name}' `{policy}'"
-                )));
-            }
-            chain.policy = policy;
-            chain.base_exists = true;
-        }
-        _ => {
-            return Err(Failure::Parameter(format!("unknown command `{verb}'")));
-        }
+        table.chains.retain(|chain| chain.name != name);
     }
+    Ok(())
+}
+
+/// `-P CHAIN POLICY`: a built-in chain's policy, ACCEPT or DROP.
+fn set_policy(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let chain_name = &command.chain_name;
+    let policy = command.words.get(2).cloned().unwrap_or_default();
+    let chain = table
+        .chain_mut(chain_name)
+        .ok_or_else(|| command.no_chain())?;
+    if !chain.builtin || !matches!(policy.as_str(), "ACCEPT" | "DROP") {
+        return Err(Failure::Parameter(format!(
+            "Bad built-in chain name or policy `{chain_name}' `{policy}'"
+        )));
+    }
+    chain.policy = policy;
+    chain.base_exists = true;
     Ok(())
 }

@@ -385,272 +385,366 @@ fn braced(rest: &str) -> Option<&str> {
     rest.strip_prefix('{')?.strip_suffix('}').map(str::trim)
 }
 
-#[allow(clippy::too_many_lines)]
-fn run_command(kernel: &mut Kernel, command: &str, drop_rules: &[String]) -> Result<(), Failure> {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let verb = words.first().copied().unwrap_or_default();
-    let object = words.get(1).copied().unwrap_or_default();
-    let family = words.get(2).copied().unwrap_or_default();
-    let table_name = words.get(3).copied().unwrap_or_default();
-    let name = words.get(4).copied().unwrap_or_default();
-    let rest_after = |count: usize| -> String {
-        let mut rest = command;
+/// One command of a transaction, split into its words: `VERB OBJECT FAMILY TABLE NAME …`.
+struct Command<'a> {
+    text: &'a str,
+    words: Vec<&'a str>,
+    /// `destroy` reads as `delete`, with [`Command::tolerant`] set.
+    verb: &'a str,
+    object: &'a str,
+    family: &'a str,
+    table: &'a str,
+    name: &'a str,
+    /// `destroy`: deleting what is not there is no error.
+    tolerant: bool,
+}
+
+impl<'a> Command<'a> {
+    fn parse(text: &'a str) -> Self {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let word = |index: usize| words.get(index).copied().unwrap_or_default();
+        let verb = word(0);
+        let tolerant = verb == "destroy";
+        Command {
+            text,
+            verb: if tolerant { "delete" } else { verb },
+            object: word(1),
+            family: word(2),
+            table: word(3),
+            name: word(4),
+            tolerant,
+            words,
+        }
+    }
+
+    /// The text after the first `count` words.
+    fn rest_after(&self, count: usize) -> String {
+        let mut rest = self.text;
         for _ in 0..count {
             rest = rest.trim_start();
             let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
             rest = &rest[end..];
         }
         rest.trim().to_owned()
-    };
+    }
+
+    /// What deleting a missing `word` gives: nothing for `destroy`, ENOENT for `delete`.
+    fn missing(&self, word: &str) -> Result<(), Failure> {
+        if self.tolerant {
+            Ok(())
+        } else {
+            Err(fail(ENOENT, word))
+        }
+    }
+}
+
+fn run_command(kernel: &mut Kernel, command: &str, drop_rules: &[String]) -> Result<(), Failure> {
+    let command = Command::parse(command);
+    let family = command.family;
     if family_index(family).is_none() && !matches!(family, "inet" | "arp" | "bridge" | "netdev") {
         return Err(fail("syntax error, unexpected string", family));
     }
-    let tolerant = verb == "destroy";
-    let verb = if tolerant { "delete" } else { verb };
     // iptables-nft's tables: nft can list, flush and delete what is there.
     let xt = family_index(family).filter(|&index| {
-        kernel.nft.table(family, table_name).is_none()
-            && kernel.nft_xt[index].table(table_name).is_some()
+        kernel.nft.table(family, command.table).is_none()
+            && kernel.nft_xt[index].table(command.table).is_some()
     });
     if let Some(index) = xt {
         return xt_command(
             &mut kernel.nft_xt[index],
-            verb,
-            object,
-            table_name,
-            name,
-            tolerant,
+            command.verb,
+            command.object,
+            command.table,
+            command.name,
+            command.tolerant,
         );
     }
-    match (verb, object) {
-        ("add" | "create", "table") => {
-            if kernel.nft.table(family, table_name).is_some() {
-                return if verb == "create" {
-                    Err(fail("Could not process rule: File exists", table_name))
-                } else {
-                    Ok(())
-                };
-            }
-            kernel.table_handles += 1;
-            let handle = kernel.table_handles;
-            kernel.nft.tables.push(Table {
-                family: family.to_owned(),
-                name: table_name.to_owned(),
-                handle,
-                next_handle: 0,
-                sets: Vec::new(),
-                chains: Vec::new(),
-            });
-            return Ok(());
-        }
-        ("delete", "table") => {
-            if kernel.nft.table(family, table_name).is_none() {
-                return if tolerant {
-                    Ok(())
-                } else {
-                    Err(fail(ENOENT, table_name))
-                };
-            }
-            kernel
-                .nft
-                .tables
-                .retain(|table| !(table.family == family && table.name == table_name));
-            return Ok(());
-        }
+    match (command.verb, command.object) {
+        ("add" | "create", "table") => return add_table(kernel, &command),
+        ("delete", "table") => return delete_table(kernel, &command),
         _ => {}
     }
-    let Some(table) = kernel.nft.table_mut(family, table_name) else {
-        return if tolerant {
+    let Some(table) = kernel.nft.table_mut(family, command.table) else {
+        return command.missing(command.table);
+    };
+    match (command.verb, command.object) {
+        ("flush", "table") => {
+            flush_table(table);
+            Ok(())
+        }
+        ("add" | "create", "chain") => add_chain(table, &command),
+        ("delete", "chain") => delete_chain(table, &command),
+        ("flush", "chain") => flush_chain(table, command.name),
+        ("add" | "create", "set") => add_set(table, &command),
+        ("delete", "set") => delete_set(table, &command),
+        ("flush", "set") => flush_set(table, command.name),
+        ("add" | "create" | "delete", "element") => change_elements(table, &command),
+        ("add" | "insert", "rule") => add_rule(table, &command, drop_rules),
+        ("delete", "rule") => delete_rule(table, &command),
+        _ => Err(fail("syntax error, unexpected string", command.object)),
+    }
+}
+
+/// `add table` (there already: nothing) and `create table` (there already: EEXIST).
+fn add_table(kernel: &mut Kernel, command: &Command) -> Result<(), Failure> {
+    if kernel.nft.table(command.family, command.table).is_some() {
+        return if command.verb == "create" {
+            Err(fail("Could not process rule: File exists", command.table))
+        } else {
+            Ok(())
+        };
+    }
+    kernel.table_handles += 1;
+    let handle = kernel.table_handles;
+    kernel.nft.tables.push(Table {
+        family: command.family.to_owned(),
+        name: command.table.to_owned(),
+        handle,
+        next_handle: 0,
+        sets: Vec::new(),
+        chains: Vec::new(),
+    });
+    Ok(())
+}
+
+/// `delete table` and `destroy table`.
+fn delete_table(kernel: &mut Kernel, command: &Command) -> Result<(), Failure> {
+    if kernel.nft.table(command.family, command.table).is_none() {
+        return command.missing(command.table);
+    }
+    kernel
+        .nft
+        .tables
+        .retain(|table| !(table.family == command.family && table.name == command.table));
+    Ok(())
+}
+
+/// `flush table`: every chain's rules go; chains and sets stay.
+fn flush_table(table: &mut Table) {
+    table
+        .chains
+        .iter_mut()
+        .for_each(|chain| chain.rules.clear());
+}
+
+/// `add chain` and `create chain`, with or without a base chain's `{ type … hook … }`.
+fn add_chain(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    let base = match braced(&command.rest_after(5)) {
+        Some(spec) => Some(parse_base(spec).ok_or_else(|| fail("syntax error", name))?),
+        None => None,
+    };
+    if table.chains.iter().any(|chain| chain.name == name) {
+        if command.verb == "create" {
+            return Err(fail("Could not process rule: File exists", name));
+        }
+        return Ok(());
+    }
+    let handle = table.handle();
+    table.chains.push(Chain {
+        name: name.to_owned(),
+        handle,
+        base,
+        rules: Vec::new(),
+    });
+    Ok(())
+}
+
+/// `delete chain` and `destroy chain`.
+fn delete_chain(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    if table.chains.iter().all(|chain| chain.name != name) {
+        return command.missing(name);
+    }
+    // The kernel deletes a chain's rules with it; only a jump to it keeps it.
+    if table.jumps_to(name) {
+        return Err(fail(EBUSY, name));
+    }
+    table.chains.retain(|chain| chain.name != name);
+    Ok(())
+}
+
+/// `flush chain`.
+fn flush_chain(table: &mut Table, name: &str) -> Result<(), Failure> {
+    table
+        .chain_mut(name)
+        .ok_or_else(|| fail(ENOENT, name))?
+        .rules
+        .clear();
+    Ok(())
+}
+
+/// `add set` (the same set there already: nothing) and `create set`.
+fn add_set(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    let spec_text = command.rest_after(5);
+    let spec = braced(&spec_text).ok_or_else(|| fail("syntax error", name))?;
+    let mut kind = String::new();
+    let mut flags = Vec::new();
+    for part in spec.split(';').map(str::trim) {
+        if let Some(value) = part.strip_prefix("type ") {
+            kind = value.trim().to_owned();
+        } else if let Some(value) = part.strip_prefix("flags ") {
+            flags = value.split(',').map(|f| f.trim().to_owned()).collect();
+        }
+    }
+    if kind.is_empty() {
+        return Err(fail("set definition does not specify key", name));
+    }
+    if let Some(existing) = table.sets.iter().find(|set| set.name == name) {
+        return if command.verb == "add" && existing.kind == kind && existing.flags == flags {
             Ok(())
         } else {
-            Err(fail(ENOENT, table_name))
+            Err(fail("Could not process rule: File exists", name))
         };
+    }
+    let handle = table.handle();
+    table.sets.push(Set {
+        name: name.to_owned(),
+        handle,
+        kind,
+        flags,
+        elements: Vec::new(),
+    });
+    Ok(())
+}
+
+/// `delete set` and `destroy set`.
+fn delete_set(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    if !table.sets.iter().any(|set| set.name == name) {
+        return command.missing(name);
+    }
+    if table.uses_set(name) {
+        return Err(fail(EBUSY, name));
+    }
+    table.sets.retain(|set| set.name != name);
+    Ok(())
+}
+
+/// `flush set`.
+fn flush_set(table: &mut Table, name: &str) -> Result<(), Failure> {
+    table
+        .set_mut(name)
+        .ok_or_else(|| fail(ENOENT, name))?
+        .elements
+        .clear();
+    Ok(())
+}
+
+/// `add element`, `create element`, `delete element` and `destroy element`: `{ a, b, … }`, one
+/// element after the other.
+fn change_elements(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    let set = table.set_mut(name).ok_or_else(|| fail(ENOENT, name))?;
+    let list = command.rest_after(5);
+    let list = braced(&list).ok_or_else(|| fail("syntax error", name))?;
+    for element in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let normal = normalize(set, element)
+            .ok_or_else(|| fail("Could not process rule: Invalid argument", element))?;
+        if command.verb == "delete" {
+            delete_element(set, element, &normal, command.tolerant)?;
+        } else {
+            add_element(set, element, normal, command.verb == "create")?;
+        }
+    }
+    Ok(())
+}
+
+/// One element of `add element` (there already: nothing) or `create element` (EEXIST).
+fn add_element(set: &mut Set, element: &str, normal: String, create: bool) -> Result<(), Failure> {
+    if set.elements.contains(&normal) {
+        if create {
+            return Err(fail("Could not process rule: File exists", element));
+        }
+        return Ok(());
+    }
+    if set.interval()
+        && let Some((start, end)) = range_of(&normal)
+    {
+        let overlaps = set
+            .elements
+            .iter()
+            .filter_map(|e| range_of(e))
+            .any(|(other_start, other_end)| start <= other_end && other_start <= end);
+        if overlaps {
+            return Err(fail("interval overlaps with an existing one", element));
+        }
+    }
+    set.elements.push(normal);
+    Ok(())
+}
+
+/// One element of `delete element` (missing: ENOENT) or `destroy element` (missing: nothing).
+fn delete_element(
+    set: &mut Set,
+    element: &str,
+    normal: &str,
+    tolerant: bool,
+) -> Result<(), Failure> {
+    match set.elements.iter().position(|e| e == normal) {
+        Some(at) => {
+            set.elements.remove(at);
+        }
+        None if tolerant => {}
+        None => return Err(fail(ENOENT, element)),
+    }
+    Ok(())
+}
+
+/// `add rule` (at the end of the chain) and `insert rule` (at its start). The chain, every
+/// chain it jumps to and every set it names must be there.
+fn add_rule(table: &mut Table, command: &Command, drop_rules: &[String]) -> Result<(), Failure> {
+    let name = command.name;
+    let body = command.rest_after(5);
+    let (body, counters) = strip_counter(&body);
+    if table.chains.iter().all(|chain| chain.name != name) {
+        return Err(fail(ENOENT, name));
+    }
+    for target in targets(&body) {
+        if table.chains.iter().all(|chain| chain.name != target) {
+            return Err(fail(ENOENT, &target));
+        }
+    }
+    for set in set_refs(&body) {
+        if table.sets.iter().all(|s| s.name != set) {
+            return Err(fail(ENOENT, &format!("@{set}")));
+        }
+    }
+    if drop_rules
+        .iter()
+        .any(|needle| body.contains(needle.as_str()))
+    {
+        return Ok(());
+    }
+    let handle = table.handle();
+    let chain = table.chain_mut(name).ok_or_else(|| fail(ENOENT, name))?;
+    let rule = Rule {
+        handle,
+        body,
+        counters,
     };
-    match (verb, object) {
-        ("flush", "table") => {
-            table
-                .chains
-                .iter_mut()
-                .for_each(|chain| chain.rules.clear());
-        }
-        ("add" | "create", "chain") => {
-            let base = match braced(&rest_after(5)) {
-                Some(spec) => Some(parse_base(spec).ok_or_else(|| fail("syntax error", name))?),
-                None => None,
-            };
-            if table.chains.iter().any(|chain| chain.name == name) {
-                if verb == "create" {
-                    return Err(fail("Could not process rule: File exists", name));
-                }
-                return Ok(());
-            }
-            let handle = table.handle();
-            table.chains.push(Chain {
-                name: name.to_owned(),
-                handle,
-                base,
-                rules: Vec::new(),
-            });
-        }
-        ("delete", "chain") => {
-            if table.chains.iter().all(|chain| chain.name != name) {
-                return if tolerant {
-                    Ok(())
-                } else {
-                    Err(fail(ENOENT, name))
-                };
-            }
-            // The kernel deletes a chain's rules with it; only a jump to it keeps it.
-            if table.jumps_to(name) {
-                return Err(fail(EBUSY, name));
-            }
-            table.chains.retain(|chain| chain.name != name);
-        }
-        ("flush", "chain") => {
-            table
-                .chain_mut(name)
-                .ok_or_else(|| fail(ENOENT, name))?
-                .rules
-                .clear();
-        }
-        ("add" | "create", "set") => {
-            let spec_text = rest_after(5);
-            let spec = braced(&spec_text).ok_or_else(|| fail("syntax error", name))?;
-            let mut kind = String::new();
-            let mut flags = Vec::new();
-            for part in spec.split(';').map(str::trim) {
-                if let Some(value) = part.strip_prefix("type ") {
-                    kind = value.trim().to_owned();
-                } else if let Some(value) = part.strip_prefix("flags ") {
-                    flags = value.split(',').map(|f| f.trim().to_owned()).collect();
-                }
-            }
-            if kind.is_empty() {
-                return Err(fail("set definition does not specify key", name));
-            }
-            if let Some(existing) = table.sets.iter().find(|set| set.name == name) {
-                return if verb == "add" && existing.kind == kind && existing.flags == flags {
-                    Ok(())
-                } else {
-                    Err(fail("Could not process rule: File exists", name))
-                };
-            }
-            let handle = table.handle();
-            table.sets.push(Set {
-                name: name.to_owned(),
-                handle,
-                kind,
-                flags,
-                elements: Vec::new(),
-            });
-        }
-        ("delete", "set") => {
-            if !table.sets.iter().any(|set| set.name == name) {
-                return if tolerant {
-                    Ok(())
-                } else {
-                    Err(fail(ENOENT, name))
-                };
-            }
-            if table.uses_set(name) {
-                return Err(fail(EBUSY, name));
-            }
-            table.sets.retain(|set| set.name != name);
-        }
-        ("flush", "set") => {
-            table
-                .set_mut(name)
-                .ok_or_else(|| fail(ENOENT, name))?
-                .elements
-                .clear();
-        }
-        ("add" | "create" | "delete", "element") => {
-            let set = table.set_mut(name).ok_or_else(|| fail(ENOENT, name))?;
-            let list = rest_after(5);
-            let list = braced(&list).ok_or_else(|| fail("syntax error", name))?;
-            for element in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                let normal = normalize(set, element)
-                    .ok_or_else(|| fail("Could not process rule: Invalid argument", element))?;
-                let present = set.elements.iter().position(|e| *e == normal);
-                if verb == "delete" {
-                    match present {
-                        Some(at) => {
-                            set.elements.remove(at);
-                        }
-                        None if tolerant => {}
-                        None => return Err(fail(ENOENT, element)),
-                    }
-                    continue;
-                }
-                if present.is_some() {
-                    if verb == "create" {
-                        return Err(fail("Could not process rule: File exists", element));
-                    }
-                    continue;
-                }
-                if set.interval()
-                    && let Some((start, end)) = range_of(&normal)
-                {
-                    let overlaps =
-                        set.elements.iter().filter_map(|e| range_of(e)).any(
-                            |(other_start, other_end)| start <= other_end && other_start <= end,
-                        );
-                    if overlaps {
-                        return Err(fail("interval overlaps with an existing one", element));
-                    }
-                }
-                set.elements.push(normal);
-            }
-        }
-        ("add" | "insert", "rule") => {
-            let body = rest_after(5);
-            let (body, counters) = strip_counter(&body);
-            if table.chains.iter().all(|chain| chain.name != name) {
-                return Err(fail(ENOENT, name));
-            }
-            for target in targets(&body) {
-                if table.chains.iter().all(|chain| chain.name != target) {
-                    return Err(fail(ENOENT, &target));
-                }
-            }
-            for set in set_refs(&body) {
-                if table.sets.iter().all(|s| s.name != set) {
-                    return Err(fail(ENOENT, &format!("@{set}")));
-                }
-            }
-            if drop_rules
-                .iter()
-                .any(|needle| body.contains(needle.as_str()))
-            {
-                return Ok(());
-            }
-            let handle = table.handle();
-            let chain = table.chain_mut(name).ok_or_else(|| fail(ENOENT, name))?;
-            let rule = Rule {
-                handle,
-                body,
-                counters,
-            };
-            if verb == "insert" {
-                chain.rules.insert(0, rule);
-            } else {
-                chain.rules.push(rule);
-            }
-        }
-        ("delete", "rule") => {
-            let handle: Option<u64> = match words.get(5..7) {
-                Some(["handle", number]) => number.parse().ok(),
-                _ => None,
-            };
-            let handle = handle.ok_or_else(|| fail("syntax error, expecting handle", name))?;
-            let chain = table.chain_mut(name).ok_or_else(|| fail(ENOENT, name))?;
-            let before = chain.rules.len();
-            chain.rules.retain(|rule| rule.handle != handle);
-            if chain.rules.len() == before && !tolerant {
-                return Err(fail(ENOENT, &handle.to_string()));
-            }
-        }
-        _ => return Err(fail("syntax error, unexpected string", object)),
+    if command.verb == "insert" {
+        chain.rules.insert(0, rule);
+    } else {
+        chain.rules.push(rule);
+    }
+    Ok(())
+}
+
+/// `delete rule … handle N` and `destroy rule … handle N`.
+fn delete_rule(table: &mut Table, command: &Command) -> Result<(), Failure> {
+    let name = command.name;
+    let handle: Option<u64> = match command.words.get(5..7) {
+        Some(["handle", number]) => number.parse().ok(),
+        _ => None,
+    };
+    let handle = handle.ok_or_else(|| fail("syntax error, expecting handle", name))?;
+    let chain = table.chain_mut(name).ok_or_else(|| fail(ENOENT, name))?;
+    let before = chain.rules.len();
+    chain.rules.retain(|rule| rule.handle != handle);
+    if chain.rules.len() == before && !command.tolerant {
+        return Err(fail(ENOENT, &handle.to_string()));
     }
     Ok(())
 }
