@@ -32,6 +32,17 @@ pub struct AppliedIndex {
     pub applied_at: u64,
     /// The entries.
     pub origins: Vec<OriginEntry>,
+    /// [`State::identity`] of what was applied, to tell later whether the kernel still holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_identity: Option<String>,
+}
+
+impl AppliedIndex {
+    /// The index, knowing the state it was applied with.
+    pub fn of_desired(mut self, desired: &State) -> AppliedIndex {
+        self.desired_identity = Some(desired.identity());
+        self
+    }
 }
 
 /// Which kernel rules carry which policy rule's verdict, as `backend` writes `ruleset`;
@@ -58,6 +69,7 @@ pub fn origin_index(
     AppliedIndex {
         applied_at,
         origins,
+        desired_identity: None,
     }
 }
 

@@ -138,6 +138,41 @@ impl State {
         self.tables.values().all(TableState::is_empty) && self.sets.is_empty()
     }
 
+    /// A digest of what `plan` compares: each chain by its rules' hashes, each hooked chain by
+    /// its jumps' positions and hashes, each set by type and members. States with the same
+    /// identity need no plan between them, whatever the kernel's spelling of their rules.
+    pub fn identity(&self) -> String {
+        let mut text = String::new();
+        for (key, table) in self.tables.iter().filter(|(_, table)| !table.is_empty()) {
+            text.push_str(&format!("table {key}\n"));
+            for (chain, rules) in &table.chains {
+                text.push_str(&format!("chain {chain}"));
+                for rule in rules {
+                    text.push(' ');
+                    text.push_str(rule.hash.as_deref().unwrap_or("?"));
+                }
+                text.push('\n');
+            }
+            for (chain, hooks) in &table.hooks {
+                text.push_str(&format!("hook {chain}"));
+                for hook in hooks {
+                    let hash = hook.rule.hash.as_deref().unwrap_or("?");
+                    text.push_str(&format!(" {}:{hash}", hook.position));
+                }
+                text.push('\n');
+            }
+        }
+        for (name, set) in &self.sets {
+            text.push_str(&format!("set {name} {} {}", set.kind, set.family));
+            for member in &set.members {
+                text.push(' ');
+                text.push_str(member);
+            }
+            text.push('\n');
+        }
+        crate::digest::hash(&text)
+    }
+
     /// A hash of the state without counters: equal fingerprints mean the same rules and sets.
     pub fn fingerprint(&self) -> String {
         use base64::Engine as _;

@@ -683,6 +683,12 @@ fn unconfirmed_apply_rolls_back_to_the_previous_rules(backend: Backend) {
 
     let out = guard.run_expect(&["confirm"], 1);
     assert_contains(&out.stderr, "rolled back", "confirm after the rollback");
+    // Version A was in the kernel as applied: nothing had drifted before the apply.
+    assert!(
+        !out.stderr.contains("another program had changed them"),
+        "a rollback to what was applied is not drift: {}",
+        out.stderr
+    );
     // `status` names the rules that are back in its table, says that the kernel no longer holds
     // what the policy files (version B) say, and that the apply was rolled back.
     let status = guard.run_expect(&["status"], 0);

@@ -58,6 +58,7 @@ impl Prepared {
     /// Which kernel rules carry which policy rule's verdict.
     pub fn index(&self) -> AppliedIndex {
         counters::origin_index(&self.compiled.ruleset, self.backend, now_seconds())
+            .of_desired(&self.desired)
     }
 }
 

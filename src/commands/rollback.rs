@@ -102,11 +102,24 @@ pub fn roll_back(state_dir: &StateDir, runner: &dyn Runner, id: &str) -> Result<
         }
     }
     record_change(state_dir, "rollback", &restored);
+    // What is back is what the kernel held before the apply, drift included: if that was not
+    // what had been applied before it (a jump deleted, a chain flushed), the hole is back too.
+    let drifted = pending
+        .previous_index
+        .as_ref()
+        .and_then(|index| index.desired_identity.as_deref())
+        .is_some_and(|applied| applied != pending.previous.identity());
+    let mut outcome = "was not confirmed in time and was rolled back".to_owned();
+    if drifted {
+        outcome.push_str(
+            "; the rules put back are not what was applied before it (another program had changed them since): `nodeport-guard plan` shows how they differ from the policy files, `nodeport-guard apply` puts the policies back",
+        );
+    }
     state_dir.clear_pending()?;
     state_dir.set_last_rollback(&RollbackRecord {
         id: id.to_owned(),
         at: now_seconds(),
-        outcome: "was not confirmed in time and was rolled back".to_owned(),
+        outcome,
     })?;
     Ok(())
 }

@@ -482,3 +482,45 @@ fn status_text_says_what_the_kernel_holds_and_what_happened() {
     assert!(row.ends_with(" yes"), "{row}");
     println!("{after}");
 }
+
+/// A rollback puts back what the kernel held before the apply. When that had drifted from what
+/// was applied before (a rule of ours deleted by another program), the record says so.
+#[test]
+fn a_rollback_says_when_what_it_put_back_had_drifted() {
+    each_backend(|backend| {
+        for drift in [false, true] {
+            let harness = Harness::new(backend);
+            assert_exit(harness.apply(None).expect("apply version A"), 0);
+            if drift {
+                assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+            }
+            let previous = harness.ours();
+            let state_dir = harness.state_dir();
+            let mut pending = PendingApply {
+                id: "mine".to_owned(),
+                backend,
+                families: IpFamily::BOTH.to_vec(),
+                deadline: 0,
+                watcher_pid: None,
+                previous,
+                previous_index: state_dir.applied().expect("read"),
+            };
+            assert!(pending.previous_index.is_some());
+            harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
+            assert_exit(harness.apply(None).expect("apply version B"), 0);
+            pending.deadline = 0;
+            state_dir.set_pending(&pending).expect("pending");
+            rollback::roll_back(&state_dir, &harness.kernel, "mine").expect("rolled back");
+            let outcome = state_dir
+                .last_rollback()
+                .expect("read")
+                .expect("recorded")
+                .outcome;
+            assert_eq!(
+                outcome.contains("another program had changed them"),
+                drift,
+                "{backend}, drift {drift}: {outcome}"
+            );
+        }
+    });
+}

@@ -372,11 +372,9 @@ impl Daemon {
                         .record_change("daemon", outcome.plan.summary().counts());
                     self.state_dir_result(recorded);
                 }
-                let recorded = self.state_dir.set_applied(&counters::origin_index(
-                    &compiled.ruleset,
-                    self.backend,
-                    now_seconds(),
-                ));
+                let index = counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
+                    .of_desired(&desired);
+                let recorded = self.state_dir.set_applied(&index);
                 self.state_dir_result(recorded);
                 self.summary = applied_summary(set.model.policies().len(), self.backend, changed);
                 self.last_good = Some(LastGood {
@@ -465,8 +463,9 @@ impl Daemon {
             metrics.policy_files_invalid = true;
         }
         self.summary = format!(
-            "policy files invalid ({} errors); keeping the last good rules",
-            errors.len()
+            "policy files invalid ({} error{}); keeping the last good rules",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
         );
         self.last_errors = errors;
         self.write_status();
@@ -535,7 +534,8 @@ impl Daemon {
 
 fn applied_summary(policies: usize, backend: &'static dyn Backend, changed_now: bool) -> String {
     format!(
-        "{policies} policies applied with {backend}; last change {}",
+        "{policies} polic{} applied with {backend}; last change {}",
+        if policies == 1 { "y" } else { "ies" },
         if changed_now { "now" } else { "earlier" }
     )
 }

@@ -63,6 +63,11 @@ fn applied(harness: &mut Harness) -> crate::state::State {
     let ours = harness.ours();
     assert!(!ours.is_empty(), "the whitelist was applied");
     assert!(harness.daemon.last_errors.is_empty());
+    assert!(
+        harness.daemon.summary.starts_with("1 policy applied with "),
+        "{}",
+        harness.daemon.summary
+    );
     ours
 }
 
@@ -111,6 +116,11 @@ fn invalid_policy_files_keep_the_last_good_rules() {
         );
         assert!(harness.daemon.last_errors[0].contains("whitelist.yaml:"));
         assert_eq!(harness.metric(|m| u64::from(m.policy_files_invalid)), 1);
+        assert!(
+            harness.daemon.summary.contains("(1 error)"),
+            "{}",
+            harness.daemon.summary
+        );
     });
 }
 

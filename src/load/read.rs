@@ -178,6 +178,21 @@ fn load(paths: &[PathBuf], options: LoadOptions, mut cache: Option<&mut ParseCac
                         io_reason(&error)
                     ))),
             },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let id = read
+                    .loaded
+                    .sources
+                    .add(SourceFile::new(path, String::new()));
+                read.loaded.diagnostics.push(
+                    Diagnostic::file_error(
+                        id,
+                        format!("`{}` does not exist (no such file or directory)", path.display()),
+                    )
+                    .with_help(
+                        "name an existing policy file or directory; the policy directory is `--policies DIR`, `NODEPORT_GUARD_POLICIES` or `policiesDir` in the config file",
+                    ),
+                );
+            }
             _ => read.load_one(path, options),
         }
     }
@@ -285,6 +300,24 @@ fn io_reason(error: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_that_does_not_exist_is_named_with_what_to_do() {
+        let missing = Path::new("/nonexistent/nodeport-guard-policies");
+        let loaded = load_paths(&[missing.to_path_buf()]);
+        assert_eq!(loaded.diagnostics.len(), 1);
+        let diagnostic = &loaded.diagnostics[0];
+        assert!(diagnostic.is_error());
+        let text = diagnostic.render(&loaded.sources);
+        assert!(
+            text.contains("`/nonexistent/nodeport-guard-policies` does not exist"),
+            "{text}"
+        );
+        assert!(
+            text.contains("help: name an existing policy file or directory"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn policy_file_names() {
