@@ -352,7 +352,61 @@ fn yaml_diagnostic(
             Span::new(document.offset + span.start, span.end - span.start)
         })
         .unwrap_or(Span::at(document.offset));
-    Diagnostic::error(file, span, clean_yaml_message(&error.to_string()))
+    let message = clean_yaml_message(&error.to_string());
+    let help = help_for(&message);
+    let diagnostic = Diagnostic::error(file, span, short_message(&message));
+    match help {
+        Some(help) => diagnostic.with_help(help),
+        None => diagnostic,
+    }
+}
+
+/// `unknown field `net`, expected one of nets, notNets, …` → `unknown field `net``: the fields
+/// there are go to the help line, with the closest first.
+fn short_message(message: &str) -> String {
+    match message.split_once(", expected one of ") {
+        Some((unknown, _)) if unknown.starts_with("unknown field ") => unknown.to_owned(),
+        _ => message.to_owned(),
+    }
+}
+
+/// What to write instead, for the parser's messages that have an answer.
+fn help_for(message: &str) -> Option<String> {
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((field, expected)) = rest.split_once("`, expected one of ")
+    {
+        let fields: Vec<&str> = expected
+            .split(", ")
+            .map(|name| name.trim_matches('`'))
+            .filter(|name| !name.is_empty())
+            .collect();
+        let closest = fields
+            .iter()
+            .map(|name| {
+                (
+                    strsim::levenshtein(&field.to_lowercase(), &name.to_lowercase()),
+                    *name,
+                )
+            })
+            .min()
+            .filter(|(distance, name)| *distance <= 2.max(name.len() / 3));
+        let list = fields
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Some(match closest {
+            Some((_, name)) => format!("did you mean `{name}`? The fields here are {list}"),
+            None => format!("the fields here are {list}"),
+        });
+    }
+    if message.starts_with("mapping values are not allowed") {
+        return Some(
+            "check the indentation: a `key: value` line must line up with the keys of the mapping it belongs to, and a value with a `: ` in it needs quotes"
+                .to_owned(),
+        );
+    }
+    None
 }
 
 /// Strips the parser's own position prefix (`line 3 column 5: `) and leading `error: ` from its
@@ -374,12 +428,45 @@ fn clean_yaml_message(message: &str) -> String {
         }
     }
     let first_line = text.lines().next().unwrap_or(text);
+    // Some messages end with the position again (`… at line 12, column 9`).
+    let first_line = match first_line.rsplit_once(" at line ") {
+        Some((before, position))
+            if position
+                .split(", column ")
+                .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            before
+        }
+        _ => first_line,
+    };
     first_line.trim_end_matches('.').to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_field_is_said_once_with_the_closest_field() {
+        let message = clean_yaml_message(
+            "unknown field `net`, expected one of nets, notNets, selector at line 12, column 9",
+        );
+        assert_eq!(short_message(&message), "unknown field `net`");
+        assert_eq!(
+            help_for(&message).as_deref(),
+            Some("did you mean `nets`? The fields here are `nets`, `notNets`, `selector`")
+        );
+        let far = clean_yaml_message("unknown field `colour`, expected one of nets, selector");
+        assert_eq!(
+            help_for(&far).as_deref(),
+            Some("the fields here are `nets`, `selector`")
+        );
+        assert!(
+            help_for("mapping values are not allowed in this context")
+                .is_some_and(|help| help.contains("indentation"))
+        );
+        assert_eq!(help_for("invalid type: integer, expected a string"), None);
+    }
     use crate::source::Sources;
     use crate::spec::RawSpec;
 

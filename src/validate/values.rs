@@ -88,7 +88,8 @@ fn port_digits(text: &str) -> Result<u16, Problem> {
         Err(_) => Err(Problem::new(format!(
             "`{}` is not a port: ports are 1-65535",
             shown(text)
-        ))),
+        ))
+        .help(PORT_HELP)),
     }
 }
 
@@ -98,11 +99,15 @@ pub(super) fn port_number(number: i64) -> Result<u16, Problem> {
         Ok(port) if port > 0 => Ok(port),
         _ if number == 0 => Err(Problem::new("port 0 is not a port: ports are 1-65535")
             .help("remove it; a rule without ports matches every port")),
-        _ => Err(Problem::new(format!(
-            "`{number}` is not a port: ports are 1-65535"
-        ))),
+        _ => Err(
+            Problem::new(format!("`{number}` is not a port: ports are 1-65535")).help(PORT_HELP),
+        ),
     }
 }
+
+/// What to write for a port.
+const PORT_HELP: &str =
+    "write a port from 1 to 65535, a range such as `30000:32767`, or a named port";
 
 /// What is wrong with a port name (Kubernetes' `IANA_SVC_NAME`: 1–15 lowercase letters, digits
 /// and `-`, at least one letter, no `-` at either end, no `--`), if anything.
