@@ -122,6 +122,12 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         checker.report(name.span, problem);
         return None;
     }
+    if kind == Kind::GlobalNetworkPolicy
+        && let Some(problem) = policy_name_problem(&name.value)
+    {
+        checker.report(name.span, problem);
+        return None;
+    }
     Some(Identity {
         name: name.value.clone(),
         labels,
@@ -140,6 +146,18 @@ fn check_labels(checker: &mut Checker<'_>, labels: &BTreeMap<Sp<String>, Sp<Stri
         }
         if let Some(message) = label_value_problem(&value.value) {
             checker.error_help(value.span, message, LABEL_VALUE_RULE);
+            ok = false;
+        }
+        // Calico: "should reject GlobalNetworkSet with reserved labels". The namespace label
+        // is Calico's own, for namespaced network sets.
+        if checker.resource.kind.value == Kind::GlobalNetworkSet
+            && key.value == "projectcalico.org/namespace"
+        {
+            checker.error_help(
+                key.span,
+                "`projectcalico.org/namespace` is a label Calico reserves: a GlobalNetworkSet belongs to no namespace",
+                "remove the label, or use a label of your own to select the set",
+            );
             ok = false;
         }
         if ok {
@@ -204,4 +222,33 @@ fn annotation_value_problem(value: &str) -> Option<Problem> {
     } else {
         problem.help("annotations are shown in rule comments, which are one line of printable text; remove the control characters")
     })
+}
+
+/// Calico's rule for GlobalNetworkPolicy names, beyond a subdomain's: at most one `.` (between
+/// a tier and a name, `<tier>.<name>`), and not `knp.default.…`, which names Kubernetes
+/// network policies ("disallow name with dot", "disallow k8s policy name" in Calico's tests).
+fn policy_name_problem(name: &str) -> Option<Problem> {
+    if let Some(rest) = name.strip_prefix("knp.default.") {
+        return Some(
+            Problem::new(format!(
+                "the name `{name}` is reserved: `knp.default.` names Kubernetes network policies"
+            ))
+            .help(if policy_name_problem(rest).is_none() && !rest.is_empty() {
+                format!("write `{rest}`")
+            } else {
+                "choose a name without the `knp.default.` prefix".to_owned()
+            }),
+        );
+    }
+    if name.matches('.').count() <= 1 {
+        return None;
+    }
+    // Dots become `-`: valid in every Calico version, with or without tiers.
+    let better = name.replace('.', "-");
+    Some(
+        Problem::new(format!(
+            "the name `{name}` has more than one `.`: a GlobalNetworkPolicy name is one label, or a tier and a label (`<tier>.<name>`)"
+        ))
+        .help(format!("write `{better}`")),
+    )
 }

@@ -187,10 +187,11 @@ fn check_endpoint_ports(
 fn check_endpoint_port(
     checker: &mut Checker<'_>,
     port: &Sp<RawEndpointPort>,
-    names: &mut BTreeSet<String>,
+    names: &mut BTreeSet<(String, Option<Protocol>)>,
 ) -> Option<NamedPort> {
     let raw = &port.value;
-    let name = check_endpoint_port_name(checker, port, names);
+    let protocol = check_endpoint_port_protocol(checker, port);
+    let name = check_endpoint_port_name(checker, port, protocol, names);
     let number = match &raw.port {
         None => {
             checker.error_help(
@@ -204,7 +205,6 @@ fn check_endpoint_port(
             .map_err(|problem| checker.report(number.span, problem))
             .ok(),
     };
-    let protocol = check_endpoint_port_protocol(checker, port);
     Some(NamedPort {
         name: name?,
         port: number?,
@@ -215,7 +215,8 @@ fn check_endpoint_port(
 fn check_endpoint_port_name(
     checker: &mut Checker<'_>,
     port: &Sp<RawEndpointPort>,
-    names: &mut BTreeSet<String>,
+    protocol: Option<Protocol>,
+    names: &mut BTreeSet<(String, Option<Protocol>)>,
 ) -> Option<String> {
     let Some(name) = &port.value.name else {
         checker.error_help(
@@ -229,17 +230,20 @@ fn check_endpoint_port_name(
         checker.report(name.span, problem);
         return None;
     }
-    // Rules refer to ports by name, so a name must mean one port.
-    if !names.insert(name.value.clone()) {
-        checker.error_help(
+    // As in Calico, one name may stand for ports of several protocols (`dns` on TCP and UDP):
+    // a rule's named port matches each of them. Twice on the same protocol is allowed too, and
+    // matches both ports, but is more likely a slip.
+    if !names.insert((name.value.clone(), protocol))
+        && let Some(protocol) = protocol
+    {
+        checker.warning_help(
             name.span,
             format!(
-                "port name `{}` is used twice in this host endpoint",
-                name.value
+                "port name `{}` is used twice for {protocol} in this host endpoint: a rule's `{}` matches both ports",
+                name.value, name.value
             ),
-            "give each port its own name",
+            "give each port its own name, unless a rule is meant to match both",
         );
-        return None;
     }
     Some(name.value.clone())
 }

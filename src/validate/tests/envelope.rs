@@ -257,15 +257,15 @@ fn every_error_of_every_resource_is_reported() {
             "7:15: error: `allow` is not an action",
             "8:17: error: `tcp` is not a protocol name",
             "10:17: error: port 0 is not a port",
-            "17:10: error: `10.0.0.1/8` has host bits set",
+            "17:10: warning: `10.0.0.1/8` has host bits set: the set holds the network `10.0.0.0/8`",
             "17:22: error: `nope` is not an address or a CIDR",
             "24:3: error: the host endpoint has no `node`",
             "25:14: error: profile `kns.default` does not exist here",
         ],
     );
-    // The valid parts stay in the model: the policy without its rule, the set without its
-    // nets; the endpoint, which has no node, is left out.
+    // The valid parts stay in the model: the policy without its rule, the set with its one
+    // usable net (masked); the endpoint, which has no node, is left out.
     assert_eq!(outcome.policy("p").ingress.as_ref().map(Vec::len), Some(0));
-    assert!(outcome.model.network_sets()[0].nets.is_empty());
+    assert_eq!(outcome.model.network_sets()[0].nets.len(), 1);
     assert!(outcome.model.host_endpoints().is_empty());
 }

@@ -114,9 +114,20 @@ fn endpoint_ports_are_named_numbered_and_have_a_port_protocol() {
             "11:7: error: the port has no `protocol`",
             "11:25: error: `70000` is not a port",
             "12:39: error: `tcp` is not a protocol name",
-            "13:14: error: port name `web` is used twice in this host endpoint",
         ],
     );
+    // Calico: "should accept HostEndpointSpec with name-clashing ports" (one name, two
+    // protocols); a rule's named port matches both. The same name twice on one protocol is
+    // accepted as well, with a warning.
+    let outcome = expect(
+        &host_endpoint(
+            "  node: n1\n  interfaceName: eth0\n  ports:\n    - {name: dns, port: 53, protocol: TCP}\n    - {name: dns, port: 53, protocol: UDP}\n    - {name: web, port: 80, protocol: TCP}\n    - {name: web, port: 8080, protocol: TCP}\n",
+        ),
+        &[
+            "12:14: warning: port name `web` is used twice for TCP in this host endpoint: a rule's `web` matches both ports",
+        ],
+    );
+    assert_eq!(outcome.model.host_endpoints()[0].ports.len(), 4);
     let outcome = expect(
         &host_endpoint(
             "  node: n1\n  interfaceName: eth0\n  ports:\n    - {name: web, port: 8080, protocol: TCP}\n    - {name: dns, port: 53, protocol: 17}\n",

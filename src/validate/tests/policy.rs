@@ -312,3 +312,35 @@ fn performance_hints_and_workload_fields_of_the_spec() {
         "the only hint is `AssumeNeededOnEveryNode`"
     );
 }
+
+#[test]
+fn policy_names_follow_calicos_rule() {
+    // Calico: "disallow name with dot" (more than one), "disallow k8s policy name"; one dot
+    // (a tier prefix) is allowed.
+    let named = |name: &str| {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n  selector: all()\n"
+        )
+    };
+    expect(&named("default.thing"), &[]);
+    expect(&named("thing"), &[]);
+    let outcome = expect(
+        &named("t.h.i.ng"),
+        &[
+            "4:9: error: the name `t.h.i.ng` has more than one `.`: a GlobalNetworkPolicy name is one label, or a tier and a label (`<tier>.<name>`)",
+        ],
+    );
+    assert_eq!(outcome.help("more than one"), "write `t-h-i-ng`");
+    let outcome = expect(
+        &named("knp.default.thing"),
+        &[
+            "4:9: error: the name `knp.default.thing` is reserved: `knp.default.` names Kubernetes network policies",
+        ],
+    );
+    assert_eq!(outcome.help("reserved"), "write `thing`");
+    // A network set may still have dots in its name.
+    expect(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: a.b.c\n",
+        &[],
+    );
+}
