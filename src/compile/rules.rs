@@ -579,10 +579,6 @@ fn port_matches(
     sets: &mut SetRegistry<'_>,
     purpose: &str,
 ) -> Vec<Vec<Match>> {
-    let Some(protocol) = protocol else {
-        // Validation guarantees a protocol with ports whenever ports are given.
-        return Vec::new();
-    };
     let mut numeric: Vec<PortRange> = Vec::new();
     let mut named: Vec<&str> = Vec::new();
     for port in ports {
@@ -599,18 +595,22 @@ fn port_matches(
         }
     }
     let mut alternatives = Vec::new();
-    for chunk in split_ports(&numeric) {
-        alternatives.push(vec![
-            Match::Protocol {
-                number: protocol,
-                negated: false,
-            },
-            Match::Ports {
-                side,
-                ports: chunk,
-                negated,
-            },
-        ]);
+    // Validation allows a rule without a protocol only when all its ports are named: each
+    // named port's set carries the protocols the endpoints give it.
+    if let Some(protocol) = protocol {
+        for chunk in split_ports(&numeric) {
+            alternatives.push(vec![
+                Match::Protocol {
+                    number: protocol,
+                    negated: false,
+                },
+                Match::Ports {
+                    side,
+                    ports: chunk,
+                    negated,
+                },
+            ]);
+        }
     }
     for name in named {
         let set = sets.named_port(selector, protocol, name, purpose);

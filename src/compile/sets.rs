@@ -112,19 +112,21 @@ impl<'m> SetRegistry<'m> {
     }
 
     /// The set of `(address, protocol, port)` of a named port on the endpoints `selector`
-    /// matches (every endpoint when there is no selector).
+    /// matches (every endpoint when there is no selector): of one protocol, or, for a rule
+    /// without a protocol (`None`), of every protocol the name is defined with.
     pub fn named_port(
         &mut self,
         selector: Option<&Selector>,
-        protocol: u8,
+        protocol: Option<u8>,
         port_name: &str,
         purpose: &str,
     ) -> String {
         let selector_text = selector.map_or_else(|| "all()".to_owned(), ToString::to_string);
+        let protocol_text = protocol.map_or_else(|| "any".to_owned(), |number| number.to_string());
         let name = names::set_name(
             self.family,
             "p",
-            &format!("p:{selector_text}|{protocol}|{port_name}"),
+            &format!("p:{selector_text}|{protocol_text}|{port_name}"),
         );
         if self.sets.contains_key(&name) {
             return name;
@@ -138,7 +140,8 @@ impl<'m> SetRegistry<'m> {
             }
             for port in endpoint.ports.iter().filter(|port| port.name == port_name) {
                 defined = true;
-                if port.protocol.number() != protocol {
+                let number = port.protocol.number();
+                if protocol.is_some_and(|wanted| wanted != number) {
                     continue;
                 }
                 members.extend(
@@ -146,7 +149,7 @@ impl<'m> SetRegistry<'m> {
                         .expected_ips
                         .iter()
                         .filter(|ip| IpFamily::of_addr(ip) == family)
-                        .map(|ip| SetMember::IpPort(*ip, protocol, port.port)),
+                        .map(|ip| SetMember::IpPort(*ip, number, port.port)),
                 );
             }
         }

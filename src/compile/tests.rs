@@ -500,3 +500,57 @@ fn ipv6_off_skips_the_family_and_says_so() {
             .any(|w| w.message.contains("IPv6 rules are skipped"))
     );
 }
+
+#[test]
+fn a_named_port_without_protocol_matches_the_port_on_each_of_its_protocols() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("dns.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: node1-eth0
+  labels: {role: dns}
+spec:
+  node: node1
+  interfaceName: eth0
+  expectedIPs: [198.51.100.1]
+  ports:
+    - {name: dns, port: 53, protocol: TCP}
+    - {name: dns, port: 53, protocol: UDP}
+    - {name: web, port: 80, protocol: TCP}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: dns
+spec:
+  selector: role == 'dns'
+  ingress:
+    - action: Allow
+      destination:
+        ports: [dns]
+",
+    )
+    .expect("write");
+    let set = crate::policy_set::load(&[file]);
+    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    let compiled = compile(
+        &set.model,
+        &Config::default(),
+        &crate::fixtures::golden_host(),
+    );
+    let v4 = compiled.ruleset.family(IpFamily::V4).expect("IPv4");
+    let members: Vec<Vec<String>> = v4
+        .sets
+        .iter()
+        .filter(|set| set.kind == crate::ruleset::SetKind::IpPort)
+        .map(|set| set.members.iter().map(ToString::to_string).collect())
+        .collect();
+    assert_eq!(
+        members,
+        [["198.51.100.1,tcp:53", "198.51.100.1,udp:53"]],
+        "one set, both protocols, not the web port"
+    );
+}

@@ -1,13 +1,13 @@
 //! Rules: action, protocol, ICMP, IP version, and the checks across a rule's fields.
 
-use crate::model::{Action, IcmpMatch, IpFamily, Protocol, Rule};
+use crate::model::{Action, IcmpMatch, IpFamily, Port, Protocol, Rule};
 use crate::source::Span;
 use crate::spec::{RawIcmp, RawProtocol, RawRule, Sp};
 
 use super::checker::{Checker, Problem};
 use super::entity::{CheckedEntity, check_entity_rule};
 use super::envelope::check_annotations;
-use super::values::{parse_protocol, shown};
+use super::values::{parse_port, parse_protocol, shown};
 
 pub(super) fn check_rules(checker: &mut Checker<'_>, rules: &[Sp<RawRule>]) -> Vec<Rule> {
     rules
@@ -323,7 +323,7 @@ fn check_rule_families(
 }
 
 /// Ports exist only for TCP, UDP and SCTP (numbers 6, 17, 132); as in Calico, `notProtocol`
-/// never tells which protocol a packet has, and named ports need a protocol too.
+/// never tells which protocol a packet has. Named ports alone need no protocol.
 fn check_ports_have_protocol(checker: &mut Checker<'_>, raw: &RawRule, protocol: Option<Protocol>) {
     if protocol.is_some_and(Protocol::has_ports) {
         return;
@@ -333,6 +333,15 @@ fn check_ports_have_protocol(checker: &mut Checker<'_>, raw: &RawRule, protocol:
         let lists = [entity.value.ports.as_ref(), entity.value.not_ports.as_ref()];
         for list in lists.into_iter().flatten() {
             if list.value.is_empty() {
+                continue;
+            }
+            // A named port carries its own protocol (Calico: "should accept Rule with dest
+            // named ports and no protocol"); numbers and ranges need the rule's.
+            let only_named = list
+                .value
+                .iter()
+                .all(|port| matches!(parse_port(&port.value), Ok(Port::Named(_))));
+            if protocol.is_none() && only_named {
                 continue;
             }
             match protocol {

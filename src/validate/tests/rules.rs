@@ -116,16 +116,23 @@ fn ports_need_tcp_udp_or_sctp() {
         outcome.help("ports need"),
         "add `protocol: TCP` (or `UDP`, `SCTP`) to the rule"
     );
-    // Named ports too (Calico v3.30), and every list is reported.
+    // Every list is reported; a list of named ports alone needs no protocol (Calico: "should
+    // accept Rule with dest named ports and no protocol", "… source named ports …"): the
+    // endpoint's port says which.
     expect(
         &rule(
-            "action: Allow\n      source:\n        notPorts: [web]\n      destination:\n        ports: [80]\n        notPorts: ['1:2']\n",
+            "action: Allow\n      source:\n        notPorts: [web]\n      destination:\n        ports: [80]\n        notPorts: ['1:2', web]\n",
         ),
         &[
-            "9:19: error: ports need a protocol that has ports",
             "11:16: error: ports need a protocol that has ports",
             "12:19: error: ports need a protocol that has ports",
         ],
+    );
+    expect(
+        &rule(
+            "action: Allow\n      source:\n        ports: [dns]\n      destination:\n        ports: [web]\n",
+        ),
+        &[],
     );
     // `notProtocol` never says which protocol a packet has.
     let outcome = expect(
