@@ -962,3 +962,62 @@ fn the_host_reaches_its_own_services_under_a_deny_everything_policy(backend: Bac
     );
 }
 backend_tests!(the_host_reaches_its_own_services_under_a_deny_everything_policy);
+
+/// A named port without a protocol (as Calico accepts it): the host endpoint gives `svc` on TCP
+/// and UDP, a rule denies one client `svc` with no `protocol`; that client loses the TCP
+/// service and keeps every other port, the other client keeps everything.
+fn named_port_without_protocol_matches_the_endpoints_port(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let (listed, unlisted) = (addr::CLIENT_V4[0], addr::CLIENT_V4[1]);
+    guard.write_policy(
+        "svc.yaml",
+        &format!(
+            "apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: node1-eth0
+  labels: {{role: svc}}
+spec:
+  node: node1
+  interfaceName: eth0
+  expectedIPs: [{node}]
+  ports:
+    - {{name: svc, port: {port}, protocol: TCP}}
+    - {{name: svc, port: {port}, protocol: UDP}}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: svc-not-for-one-client
+spec:
+  selector: role == 'svc'
+  ingress:
+    - action: Deny
+      source:
+        nets: [{unlisted}/32]
+      destination:
+        ports: [svc]
+    - action: Allow
+",
+            node = addr::NODE_V4,
+            port = ports::HOST_SERVICE,
+        ),
+    );
+    guard.apply();
+    let node = |port| sa(addr::NODE_V4, port);
+    check_reachability(
+        &lab,
+        "named port without protocol",
+        &[
+            open(listed, node(ports::HOST_SERVICE), replies::HOST_SERVICE),
+            dropped(unlisted, node(ports::HOST_SERVICE)),
+            open(
+                unlisted,
+                node(ports::NODEPORT_TARGET),
+                replies::NODEPORT_TARGET,
+            ),
+        ],
+    );
+}
+backend_tests!(named_port_without_protocol_matches_the_endpoints_port);
