@@ -31,7 +31,10 @@ pub type Labels = BTreeMap<String, String>;
 /// only from `validate::validate`, and inside it only `validate` calls [`Model::from_checked`].
 #[derive(Clone, Debug)]
 pub struct Model {
-    /// Policies in evaluation order: by `order` (none last), then by name.
+    /// Tiers in evaluation order (by `order`, none last, then by name), `default` among them.
+    tiers: Vec<Tier>,
+    /// Policies in evaluation order: tier by tier, and in a tier by `order` (none last), then by
+    /// name.
     policies: Vec<Policy>,
     /// Network sets, sorted by name.
     network_sets: Vec<NetworkSet>,
@@ -43,18 +46,31 @@ impl Model {
     /// A model of resources `validate` checked, in the order it put them. Only `validate`
     /// calls this (and the unit tests through its test helper): everything else reads models.
     pub(crate) fn from_checked(
+        tiers: Vec<Tier>,
         policies: Vec<Policy>,
         network_sets: Vec<NetworkSet>,
         host_endpoints: Vec<HostEndpoint>,
     ) -> Model {
         Model {
+            tiers,
             policies,
             network_sets,
             host_endpoints,
         }
     }
 
-    /// Policies in evaluation order: by `order` (none last), then by name.
+    /// Tiers in evaluation order (by `order`, none last, then by name), `default` among them.
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
+    /// The tier of this name.
+    pub fn tier(&self, name: &str) -> Option<&Tier> {
+        self.tiers.iter().find(|tier| tier.name == name)
+    }
+
+    /// Policies in evaluation order: tier by tier, and in a tier by `order` (none last), then
+    /// by name.
     pub fn policies(&self) -> &[Policy] {
         &self.policies
     }
@@ -162,6 +178,10 @@ impl fmt::Display for Direction {
 pub struct Policy {
     /// The policy's name (an RFC 1123 subdomain).
     pub name: String,
+    /// The tier it runs in (`default` unless `spec.tier` says otherwise).
+    pub tier: String,
+    /// Where `spec.tier` was written, if it was.
+    pub tier_origin: Option<Origin>,
     /// `order`; `None` runs after every ordered policy.
     pub order: Option<f64>,
     /// Which host endpoints it applies to.
@@ -188,6 +208,47 @@ impl Policy {
     }
 }
 
+/// The tier every policy without `spec.tier` is in; it always exists.
+pub const DEFAULT_TIER: &str = "default";
+
+/// Calico's order of the `default` tier.
+pub const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;
+
+/// A tier: policies that run as a group, tiers one after the other in `order`. A `Pass` rule
+/// ends its policy's tier; a tier ends in its `defaultAction` for normal policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tier {
+    /// Its name (a DNS label: policies outside `default` are named `<tier>.<name>`).
+    pub name: String,
+    /// `order`; `None` runs after every ordered tier.
+    pub order: Option<f64>,
+    /// What happens to a packet no policy of the tier decided, for normal policy.
+    pub default_action: TierAction,
+    /// Where it was written; `None` for the implicit `default` tier.
+    pub origin: Option<Origin>,
+}
+
+impl Tier {
+    /// The `default` tier as Calico has it when no file declares it.
+    pub fn implicit_default() -> Tier {
+        Tier {
+            name: DEFAULT_TIER.to_owned(),
+            order: Some(DEFAULT_TIER_ORDER),
+            default_action: TierAction::Deny,
+            origin: None,
+        }
+    }
+}
+
+/// A tier's `defaultAction`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierAction {
+    /// Drop what no policy of the tier allowed or passed (Calico's default).
+    Deny,
+    /// Go on to the next tier.
+    Pass,
+}
+
 /// What a rule does when it matches.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -197,7 +258,7 @@ pub enum Action {
     Allow,
     /// Drop the packet.
     Deny,
-    /// Skip the remaining policies.
+    /// Skip the remaining policies of the tier.
     Pass,
     /// Log the packet and go on with the next rule.
     Log,

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::spec::{
     API_VERSION, Kind, RawHostEndpointSpec, RawMetadata, RawNetworkSetSpec, RawPolicySpec,
+    RawTierSpec,
 };
 
 /// Where the policy schema is checked in, relative to the repository root.
@@ -31,6 +32,7 @@ pub fn policy_schema() -> String {
             Kind::HostEndpoint,
             generator.subschema_for::<RawHostEndpointSpec>(),
         ),
+        (Kind::Tier, generator.subschema_for::<RawTierSpec>()),
     ];
     let mut definitions: Map<String, Value> =
         generator.take_definitions(true).into_iter().collect();
@@ -61,6 +63,7 @@ pub fn policy_schema() -> String {
         ),
         (Kind::GlobalNetworkSetList, Some(Kind::GlobalNetworkSet)),
         (Kind::HostEndpointList, Some(Kind::HostEndpoint)),
+        (Kind::TierList, Some(Kind::Tier)),
         (Kind::List, None),
     ] {
         let items = match item {
@@ -90,7 +93,7 @@ pub fn policy_schema() -> String {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://nodeport-guard.invalid/schemas/nodeport-guard.schema.json",
         "title": "nodeport-guard policy file",
-        "description": "A document of a nodeport-guard policy file: a Calico projectcalico.org/v3 GlobalNetworkPolicy, GlobalNetworkSet or HostEndpoint, a list of them, or a sequence of them.",
+        "description": "A document of a nodeport-guard policy file: a Calico projectcalico.org/v3 GlobalNetworkPolicy, GlobalNetworkSet, HostEndpoint or Tier, a list of them, or a sequence of them.",
         "oneOf": [
             {"$ref": "#/$defs/Resource"},
             {"type": "array", "items": {"$ref": "#/$defs/Resource"}}

@@ -129,7 +129,7 @@ pub struct RawMetadata {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(rename = "GlobalNetworkPolicySpec")]
 pub struct RawPolicySpec {
-    /// Only the `default` tier exists here.
+    /// The tier the policy runs in (a `Tier` of the policy files, or `default`).
     pub tier: Option<Sp<String>>,
     /// Lower orders run first; a policy without an order runs last.
     pub order: Option<Sp<f64>>,
@@ -158,6 +158,18 @@ pub struct RawPolicySpec {
     #[schemars(skip)]
     #[serde(skip_serializing)]
     pub service_account_selector: Rejected,
+}
+
+/// The spec of a `Tier`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(rename = "TierSpec")]
+pub struct RawTierSpec {
+    /// Lower orders run first; a tier without an order runs last. `default` has 1000000.
+    pub order: Option<Sp<f64>>,
+    /// What happens to a packet no policy of the tier decided: `Deny` (the default) or `Pass`
+    /// (on to the next tier). Only normal policy has an end-of-tier action.
+    pub default_action: Option<Sp<String>>,
 }
 
 /// One rule of a policy.
@@ -400,19 +412,25 @@ pub enum Kind {
     GlobalNetworkSetList,
     /// `HostEndpointList`.
     HostEndpointList,
+    /// `Tier`.
+    Tier,
+    /// `TierList`.
+    TierList,
     /// `List`, with items of any kind.
     List,
 }
 
 impl Kind {
     /// Every kind, in the order they are listed in messages.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::GlobalNetworkPolicy,
         Kind::GlobalNetworkSet,
         Kind::HostEndpoint,
+        Kind::Tier,
         Kind::GlobalNetworkPolicyList,
         Kind::GlobalNetworkSetList,
         Kind::HostEndpointList,
+        Kind::TierList,
         Kind::List,
     ];
 
@@ -425,6 +443,8 @@ impl Kind {
             Kind::GlobalNetworkPolicyList => "GlobalNetworkPolicyList",
             Kind::GlobalNetworkSetList => "GlobalNetworkSetList",
             Kind::HostEndpointList => "HostEndpointList",
+            Kind::Tier => "Tier",
+            Kind::TierList => "TierList",
             Kind::List => "List",
         }
     }
@@ -441,6 +461,7 @@ impl Kind {
             Kind::GlobalNetworkPolicyList => Some(Kind::GlobalNetworkPolicy),
             Kind::GlobalNetworkSetList => Some(Kind::GlobalNetworkSet),
             Kind::HostEndpointList => Some(Kind::HostEndpoint),
+            Kind::TierList => Some(Kind::Tier),
             Kind::List => None,
             single => Some(single),
         }
@@ -453,6 +474,7 @@ impl Kind {
             Kind::GlobalNetworkPolicyList
                 | Kind::GlobalNetworkSetList
                 | Kind::HostEndpointList
+                | Kind::TierList
                 | Kind::List
         )
     }
@@ -476,6 +498,8 @@ pub enum RawSpec {
     NetworkSet(RawNetworkSetSpec),
     /// A host endpoint's spec.
     HostEndpoint(RawHostEndpointSpec),
+    /// A tier's spec.
+    Tier(RawTierSpec),
 }
 
 /// One resource as parsed: single resources only (list kinds are flattened by the loader).

@@ -1021,3 +1021,88 @@ spec:
     );
 }
 backend_tests!(named_port_without_protocol_matches_the_endpoints_port);
+
+/// Tiers, as Calico runs them: tier `security` (order 100) before `default`. A Deny in
+/// `security` is final; what `security` does not decide meets its `defaultAction`: `Deny` drops
+/// it at the tier's end, `Pass` (and a `Pass` rule) sends it on to `default`, which allows.
+fn tiers_end_in_their_default_action_and_pass_goes_on(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let (listed, unlisted) = (addr::CLIENT_V4[0], addr::CLIENT_V4[1]);
+    let policies = |default_action: &str, pass_rule: bool| {
+        format!(
+            "apiVersion: projectcalico.org/v3
+kind: Tier
+metadata:
+  name: security
+spec:
+  order: 100
+  defaultAction: {default_action}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: security.gate
+spec:
+  tier: security
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Deny
+      protocol: TCP
+      source:
+        nets: [{unlisted}/32]
+      destination:
+        ports: [{port}]
+{pass}---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: allow-the-rest
+spec:
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Allow
+",
+            port = ports::HOST_SERVICE,
+            pass = if pass_rule {
+                "    - action: Pass\n"
+            } else {
+                ""
+            },
+        )
+    };
+    let node = |port| sa(addr::NODE_V4, port);
+    let service = node(ports::HOST_SERVICE);
+
+    // defaultAction Deny, no Pass rule: the tier's end drops what `gate` left undecided.
+    guard.write_policy("tiers.yaml", &policies("Deny", false));
+    guard.apply();
+    check_reachability(
+        &lab,
+        "tier security ends in Deny",
+        &[dropped(listed, service), dropped(unlisted, service)],
+    );
+    // A Pass rule sends the rest on to the default tier.
+    guard.write_policy("tiers.yaml", &policies("Deny", true));
+    guard.apply();
+    check_reachability(
+        &lab,
+        "a Pass rule goes on to the next tier",
+        &[
+            open(listed, service, replies::HOST_SERVICE),
+            dropped(unlisted, service),
+        ],
+    );
+    // defaultAction Pass does the same for what no rule decided.
+    guard.write_policy("tiers.yaml", &policies("Pass", false));
+    guard.apply();
+    check_reachability(
+        &lab,
+        "defaultAction Pass goes on to the next tier",
+        &[
+            open(listed, service, replies::HOST_SERVICE),
+            dropped(unlisted, service),
+        ],
+    );
+}
+backend_tests!(tiers_end_in_their_default_action_and_pass_goes_on);

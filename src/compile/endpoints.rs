@@ -1,13 +1,14 @@
 //! One endpoint's chain on one path, as in Felix's `endpoints.go`: drop what conntrack finds
-//! invalid, run the failsafe chain, clear the accept and pass bits, jump to each policy of the
-//! tier, end the tier with its default deny, and end the chain with the profile's verdict.
+//! invalid, run the failsafe chain, clear the accept and pass bits, then tier by tier: clear the
+//! pass bit, jump to each policy of the tier, end the tier with its default action; and end the
+//! chain with the profile's verdict.
 
 use super::binding::{Binding, Path};
 use super::rules::{self, clear_bits, mark_clear, mark_set, set_bit};
 use super::sets::SetRegistry;
 use super::{Compiler, TableBuilder};
 use crate::config::Failsafe;
-use crate::model::{self, Direction, IpFamily};
+use crate::model::{self, Direction, IpFamily, TierAction};
 use crate::ruleset::{Action, Chain, CtState, Match, PortRange, Rule, Side, Table};
 
 impl Compiler<'_> {
@@ -42,18 +43,27 @@ impl Compiler<'_> {
             );
         }
         rules.push(Rule::new(Vec::new(), clear_bits(marks.accept | marks.pass)));
-        let policies = path.policies(binding);
-        if !policies.is_empty() {
+        // Tier by tier (the policies come in tier order): clear the pass bit, the tier's
+        // policies, and for normal policy the tier's end.
+        for tier_policies in path.policies(binding).chunk_by(|a, b| a.tier == b.tier) {
+            let tier = tier_policies[0].tier.as_str();
             rules.push(
-                Rule::new(Vec::new(), clear_bits(marks.pass)).comment("Start of tier default"),
+                Rule::new(Vec::new(), clear_bits(marks.pass))
+                    .comment(format!("Start of tier {tier}")),
             );
-            let policy_rules = self.policy_section(family, path, policies, builder, sets);
+            let policy_rules = self.policy_section(family, path, tier_policies, builder, sets);
             rules.extend(policy_rules);
-            if matches!(
-                path,
-                Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-            ) {
-                rules.extend(self.end_of_tier(path.direction()));
+            let denies = self
+                .model
+                .tier(tier)
+                .is_none_or(|tier| tier.default_action == TierAction::Deny);
+            if denies
+                && matches!(
+                    path,
+                    Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
+                )
+            {
+                rules.extend(self.end_of_tier(path.direction(), tier));
             }
         }
         if matches!(path, Path::NormalIn | Path::NormalOut) {
@@ -65,9 +75,9 @@ impl Compiler<'_> {
         }
     }
 
-    /// The end of the tier: what no policy passed is dropped (and logged first, if denials
-    /// log).
-    fn end_of_tier(&self, direction: Direction) -> Vec<Rule> {
+    /// The end of a tier whose default action is Deny: what no policy passed is dropped (and
+    /// logged first, if denials log).
+    fn end_of_tier(&self, direction: Direction, tier: &str) -> Vec<Rule> {
         let marks = self.marks;
         let mut rules = Vec::new();
         if self.config.log_actions.contains(&model::Action::Deny) {
@@ -76,15 +86,16 @@ impl Compiler<'_> {
                     vec![mark_clear(marks.pass)],
                     Action::Nflog {
                         group: self.nflog_group(direction),
-                        prefix: rules::nflog_prefix('D', direction, None, "default"),
+                        prefix: rules::nflog_prefix('D', direction, None, tier),
                     },
                 )
-                .comment("End of tier default: log"),
+                .comment(format!("End of tier {tier}: log")),
             );
         }
         rules.push(
-            Rule::new(vec![mark_clear(marks.pass)], Action::Drop)
-                .comment("End of tier default. Drop if no policies passed packet"),
+            Rule::new(vec![mark_clear(marks.pass)], Action::Drop).comment(format!(
+                "End of tier {tier}. Drop if no policies passed packet"
+            )),
         );
         rules
     }

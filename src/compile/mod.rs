@@ -76,6 +76,7 @@ impl TableBuilder {
 }
 
 struct Compiler<'a> {
+    model: &'a Model,
     config: &'a Config,
     host: &'a HostFacts,
     marks: MarkBits,
@@ -88,6 +89,7 @@ struct Compiler<'a> {
 pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     let marks = MarkBits::from_mask(config.mark_mask).unwrap_or(DEFAULT_MARKS);
     let compiler = Compiler {
+        model,
         config,
         host,
         marks,

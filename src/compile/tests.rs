@@ -47,6 +47,8 @@ fn tcp_port(action: PolicyAction, ports: Vec<Port>) -> PolicyRule {
 fn policy(name: &str, order: f64, kind: PolicyKind, ingress: Vec<PolicyRule>) -> Policy {
     Policy {
         name: name.to_owned(),
+        tier: crate::model::DEFAULT_TIER.to_owned(),
+        tier_origin: None,
         order: Some(order),
         selector: Selector::all(),
         ingress: Some(ingress),

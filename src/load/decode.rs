@@ -8,7 +8,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use crate::source::Span;
 use crate::spec::{
     Kind, RawHostEndpointSpec, RawMetadata, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec,
-    Sp,
+    RawTierSpec, Sp,
 };
 
 /// The plan for the second pass: the kind each resource will be decoded as (`None` when its kind
@@ -176,6 +176,10 @@ fn next_spec<'de, A: MapAccess<'de>>(map: &mut A, kind: Kind) -> Result<Sp<RawSp
         Kind::GlobalNetworkSet => {
             let spec = map.next_value::<Sp<RawNetworkSetSpec>>()?;
             Sp::new(RawSpec::NetworkSet(spec.value), spec.span)
+        }
+        Kind::Tier => {
+            let spec = map.next_value::<Sp<RawTierSpec>>()?;
+            Sp::new(RawSpec::Tier(spec.value), spec.span)
         }
         _ => {
             let spec = map.next_value::<Sp<RawHostEndpointSpec>>()?;

@@ -21,10 +21,10 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::{HostEndpoint, Model, NetworkSet, Policy};
+use crate::model::{DEFAULT_TIER, HostEndpoint, Model, NetworkSet, Policy, Tier};
 use crate::source::{FileId, Sources};
 use crate::spec::{
-    Kind, RawHostEndpointSpec, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec,
+    Kind, RawHostEndpointSpec, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec, RawTierSpec,
 };
 
 mod checker;
@@ -36,6 +36,7 @@ mod policy;
 mod rules;
 #[cfg(test)]
 mod tests;
+mod tier;
 mod values;
 
 pub use values::{is_subdomain, label_key_problem, label_value_problem, parse_cidr};
@@ -45,6 +46,7 @@ use envelope::{check_api_version, check_duplicate, check_metadata};
 use host_endpoint::check_host_endpoint;
 use network_set::check_network_set;
 use policy::check_policy;
+use tier::check_tier;
 
 /// Longest resource name, node name or label-key prefix (RFC 1123 subdomain), in bytes.
 pub const MAX_NAME_BYTES: usize = 253;
@@ -76,6 +78,7 @@ pub fn validate(
 ) -> (Model, Vec<Diagnostic>) {
     let mut diagnostics = Vec::new();
     let (mut policies, mut network_sets, mut host_endpoints) = (Vec::new(), Vec::new(), Vec::new());
+    let mut tiers = Vec::new();
     let mut first_definitions = HashMap::new();
     for (file, resource) in resources {
         let mut checker = Checker {
@@ -94,17 +97,65 @@ pub fn validate(
             Some(Checked::Policy(policy)) => policies.push(policy),
             Some(Checked::NetworkSet(set)) => network_sets.push(set),
             Some(Checked::HostEndpoint(endpoint)) => host_endpoints.push(endpoint),
+            Some(Checked::Tier(tier)) => tiers.push(tier),
             None => {}
         }
     }
-    sort_resources(&mut policies, &mut network_sets, &mut host_endpoints);
+    if !tiers.iter().any(|tier| tier.name == DEFAULT_TIER) {
+        tiers.push(Tier::implicit_default());
+    }
+    sort_tiers(&mut tiers);
+    check_policy_tiers(&policies, &tiers, &mut diagnostics);
+    sort_resources(
+        &tiers,
+        &mut policies,
+        &mut network_sets,
+        &mut host_endpoints,
+    );
     crate::diagnostic::sort(&mut diagnostics);
-    let model = Model::from_checked(policies, network_sets, host_endpoints);
+    let model = Model::from_checked(tiers, policies, network_sets, host_endpoints);
     (model, diagnostics)
 }
 
-/// Puts policies in evaluation order and the other resources in name order.
+/// Tiers in evaluation order: by `order` (none last), then by name.
+fn sort_tiers(tiers: &mut [Tier]) {
+    let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
+    tiers.sort_by(|a, b| {
+        order_key(a.order)
+            .partial_cmp(&order_key(b.order))
+            .unwrap_or(Ordering::Equal)
+            .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
+    });
+}
+
+/// A policy's tier must exist: declared by a `Tier` of the policy files, or `default`.
+fn check_policy_tiers(policies: &[Policy], tiers: &[Tier], diagnostics: &mut Vec<Diagnostic>) {
+    for policy in policies {
+        if tiers.iter().any(|tier| tier.name == policy.tier) {
+            continue;
+        }
+        let origin = policy.tier_origin.unwrap_or(policy.origin);
+        diagnostics.push(
+            Diagnostic::error(
+                origin.file,
+                origin.span,
+                format!(
+                    "the policy `{}` is in tier `{}`, which no `Tier` of the policy files declares",
+                    policy.name,
+                    values::shown(&policy.tier)
+                ),
+            )
+            .with_help(format!(
+                "add a `kind: Tier` named `{}` (with its `order`), or write the policy's tier as it is declared",
+                values::shown(&policy.tier)
+            )),
+        );
+    }
+}
+
+/// Puts policies in evaluation order (tier by tier) and the other resources in name order.
 fn sort_resources(
+    tiers: &[Tier],
     policies: &mut [Policy],
     network_sets: &mut [NetworkSet],
     host_endpoints: &mut [HostEndpoint],
@@ -112,10 +163,20 @@ fn sort_resources(
     // Calico treats a missing order as +infinity and breaks ties by name, byte-wise. Orders are
     // finite (checked), so `partial_cmp` is a total order here.
     let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
+    let rank = |policy: &Policy| {
+        tiers
+            .iter()
+            .position(|tier| tier.name == policy.tier)
+            .unwrap_or(tiers.len())
+    };
     policies.sort_by(|a, b| {
-        order_key(a.order)
-            .partial_cmp(&order_key(b.order))
-            .unwrap_or(Ordering::Equal)
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| {
+                order_key(a.order)
+                    .partial_cmp(&order_key(b.order))
+                    .unwrap_or(Ordering::Equal)
+            })
             .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
     });
     network_sets.sort_by(|a, b| a.name.cmp(&b.name));
@@ -127,6 +188,7 @@ enum Checked {
     Policy(Policy),
     NetworkSet(NetworkSet),
     HostEndpoint(HostEndpoint),
+    Tier(Tier),
 }
 
 fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
@@ -159,6 +221,12 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
             resource.span,
         )
         .map(Checked::HostEndpoint),
+        (Kind::Tier, Some((RawSpec::Tier(spec), _))) => {
+            check_tier(checker, identity, spec).map(Checked::Tier)
+        }
+        (Kind::Tier, _) => {
+            check_tier(checker, identity, &RawTierSpec::default()).map(Checked::Tier)
+        }
         // The loader flattens list kinds into their items, so none reaches this point.
         _ => None,
     }
@@ -172,5 +240,10 @@ pub(crate) fn model_for_tests(
     network_sets: Vec<NetworkSet>,
     host_endpoints: Vec<HostEndpoint>,
 ) -> Model {
-    Model::from_checked(policies, network_sets, host_endpoints)
+    Model::from_checked(
+        vec![Tier::implicit_default()],
+        policies,
+        network_sets,
+        host_endpoints,
+    )
 }

@@ -1,6 +1,6 @@
 //! `GlobalNetworkPolicy`: tier, order, selector, types and the policy kind.
 
-use crate::model::{Policy, PolicyKind};
+use crate::model::{DEFAULT_TIER, Policy, PolicyKind};
 use crate::selector::Selector;
 use crate::source::Span;
 use crate::spec::{RawPolicySpec, RawRule, Sp};
@@ -29,8 +29,12 @@ pub(super) fn check_policy(
     identity: Option<Identity>,
     spec: &RawPolicySpec,
 ) -> Option<Policy> {
-    if let Some(tier) = &spec.tier {
-        check_tier(checker, tier);
+    let tier = spec
+        .tier
+        .as_ref()
+        .map_or(DEFAULT_TIER, |tier| tier.value.as_str());
+    if let Some(identity) = &identity {
+        check_tiered_name(checker, &identity.name, tier);
     }
     let order = spec
         .order
@@ -73,6 +77,8 @@ pub(super) fn check_policy(
     let identity = identity?;
     Some(Policy {
         name: identity.name,
+        tier: tier.to_owned(),
+        tier_origin: spec.tier.as_ref().map(|tier| checker.origin(tier.span)),
         order,
         selector: selector?,
         ingress: types.ingress.then_some(ingress),
@@ -86,20 +92,47 @@ pub(super) fn check_policy(
     })
 }
 
-fn check_tier(checker: &mut Checker<'_>, tier: &Sp<String>) {
-    if tier.value != "default" {
-        checker.error_help(
-            tier.span,
-            format!(
-                "tier `{}` does not exist here: tiers other than `default` are not supported",
-                shown(&tier.value)
-            ),
-            "remove `tier` (or write `tier: default`) and order policies with `order`",
-        );
+/// Calico's rule for the names of tiered policies (v3.29–v3.31's
+/// `names.ValidateTieredPolicyName`): in the `default` tier a name has no dot or starts with
+/// `default.`; in any other tier it starts with `<tier>.`.
+fn check_tiered_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
+    let prefix = name.split_once('.').map(|(prefix, _)| prefix);
+    let plain = name.split_once('.').map_or(name, |(_, rest)| rest);
+    let fine = match prefix {
+        None => tier == DEFAULT_TIER,
+        Some(prefix) => prefix == tier,
+    };
+    if fine {
+        return;
     }
+    let span = checker
+        .resource
+        .name()
+        .map_or(checker.resource.span, |name| name.span);
+    let message = match prefix {
+        None => format!(
+            "the policy `{name}` is in tier `{}`, so its name must start with `{}.`",
+            shown(tier),
+            shown(tier)
+        ),
+        Some(prefix) => format!(
+            "the name `{name}` starts with tier `{}`, but the policy is in tier `{}`",
+            shown(prefix),
+            shown(tier)
+        ),
+    };
+    let help = if tier == DEFAULT_TIER {
+        format!(
+            "name it `{plain}` (or `default.{plain}`), or write `tier: {}`",
+            prefix.unwrap_or(DEFAULT_TIER)
+        )
+    } else {
+        format!("name it `{}.{plain}`", shown(tier))
+    };
+    checker.error_help(span, message, help);
 }
 
-fn check_order(checker: &mut Checker<'_>, order: &Sp<f64>) -> Option<f64> {
+pub(super) fn check_order(checker: &mut Checker<'_>, order: &Sp<f64>) -> Option<f64> {
     if order.value.is_finite() {
         Some(order.value)
     } else {

@@ -6,15 +6,86 @@ use crate::spec::Sp;
 use crate::validate::checker::locate_in_scalar;
 
 #[test]
-fn only_the_default_tier_exists() {
+fn a_policy_runs_in_a_declared_tier_and_is_named_after_it() {
     expect(&policy("  tier: default\n"), &[]);
     let outcome = expect(
         &policy("  tier: security\n"),
         &[
-            "6:9: error: tier `security` does not exist here: tiers other than `default` are not supported",
+            "4:9: error: the policy `p` is in tier `security`, so its name must start with `security.`",
+            "6:9: error: the policy `p` is in tier `security`, which no `Tier` of the policy files declares",
         ],
     );
-    assert!(outcome.help("tier").contains("`tier: default`"));
+    assert_eq!(outcome.help("name must start"), "name it `security.p`");
+    assert!(
+        outcome
+            .help("no `Tier`")
+            .contains("add a `kind: Tier` named `security`")
+    );
+    let tier = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: security\nspec:\n  order: 100\n---\n";
+    let named = |name: &str, tier_line: &str| {
+        format!(
+            "{tier}apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n{tier_line}  selector: all()\n"
+        )
+    };
+    let outcome = expect(&named("security.p", "  tier: security\n"), &[]);
+    assert_eq!(outcome.policy("security.p").tier, "security");
+    // In the default tier: no dot, or `default.`.
+    expect(&named("default.q", ""), &[]);
+    let outcome = expect(
+        &named("security.q", ""),
+        &[
+            "11:9: error: the name `security.q` starts with tier `security`, but the policy is in tier `default`",
+        ],
+    );
+    assert_eq!(
+        outcome.help("starts with tier"),
+        "name it `q` (or `default.q`), or write `tier: security`"
+    );
+}
+
+#[test]
+fn tiers_have_an_order_and_a_default_action() {
+    let tier = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        )
+    };
+    let outcome = expect(&tier("t", "  order: 10\n  defaultAction: Pass\n"), &[]);
+    let names: Vec<&str> = outcome
+        .model
+        .tiers()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["t", "default"],
+        "by order: 10 before the default tier's 1000000"
+    );
+    assert_eq!(
+        outcome.model.tiers()[0].default_action,
+        crate::model::TierAction::Pass
+    );
+    expect(
+        &tier("t", "  defaultAction: Allow\n"),
+        &["6:18: error: `Allow` is not a tier's default action"],
+    );
+    // Calico: the default tier's order is fixed, and it denies.
+    expect(
+        &tier("default", "  order: 10\n"),
+        &["6:10: error: the `default` tier's order is 1000000, as in Calico"],
+    );
+    expect(
+        &tier("default", "  defaultAction: Pass\n"),
+        &["6:18: error: the `default` tier's `defaultAction` is `Deny`, as in Calico"],
+    );
+    expect(
+        &tier("a.b", "  order: 1\n"),
+        &[
+            "4:9: error: the tier name `a.b` has a `.`: policies in a tier are named `<tier>.<name>`, so a tier's name is one label",
+        ],
+    );
+    expect(&tier("default", "  order: 1000000\n"), &[]);
 }
 
 #[test]
