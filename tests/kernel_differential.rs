@@ -644,6 +644,7 @@ fn from(nets: &[&str], action: Action) -> Rule {
 fn policy(name: &str, order: Option<f64>, ingress: Vec<Rule>) -> Policy {
     Policy {
         name: name.into(),
+        tier: reference::DEFAULT_TIER.into(),
         order,
         selector: Selector::All,
         explicit_types: false,
@@ -707,6 +708,41 @@ fn reference_pass_allows_log_continues_and_failsafe_comes_first() {
     assert!(undecided.allowed);
     let ssh = reference::evaluate(&s, &tcp("198.51.100.11", 22));
     assert!(ssh.allowed && ssh.logs.is_empty());
+}
+
+/// Tiers run in order, and a `Pass` ends only its own tier: the next tier still decides.
+#[test]
+fn reference_pass_ends_its_tier_and_the_next_tier_decides() {
+    let mut first = policy(
+        "security.first",
+        Some(1.0),
+        vec![from(&["198.51.100.10/32"], Action::Pass)],
+    );
+    first.tier = "security".into();
+    let mut s = scenario(vec![
+        first,
+        policy(
+            "second",
+            Some(2.0),
+            vec![from(&["198.51.100.0/24"], Action::Deny)],
+        ),
+    ]);
+    s.tiers.push(reference::Tier {
+        name: "security".into(),
+        order: Some(50.0),
+        pass: false,
+    });
+    s.config.log_actions = vec![Action::Pass, Action::Deny];
+    let passed_on = reference::evaluate(&s, &tcp("198.51.100.10", 9100));
+    assert!(
+        !passed_on.allowed,
+        "the default tier denies what security passed"
+    );
+    assert_eq!(passed_on.logs, vec!["PPI0|security.first", "DPI0|second"]);
+    // After the default tier (order 1000000), the same Pass comes too late.
+    s.tiers[0].order = Some(2_000_000.0);
+    let denied_first = reference::evaluate(&s, &tcp("198.51.100.10", 9100));
+    assert_eq!(denied_first.logs, vec!["DPI0|second"]);
 }
 
 /// A rule exists only in the families its nets and `ipVersion` allow: a

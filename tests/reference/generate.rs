@@ -15,8 +15,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::{
-    Action, Config, Entity, Family, Labels, NetworkSet, Packet, Policy, PortSpec, ProtoSpec,
-    RemoteEndpoint, Rule, Scenario, Selector,
+    Action, Config, DEFAULT_TIER, Entity, Family, Labels, NetworkSet, Packet, Policy, PortSpec,
+    ProtoSpec, RemoteEndpoint, Rule, Scenario, Selector, Tier,
 };
 
 /// SplitMix64: small, fast and good enough to drive a test generator.
@@ -156,7 +156,8 @@ const NAMES: [&str; 12] = [
     "nodeports",
     "aa",
     "log-all",
-    "x.y",
+    // A dot is the tier's: in `default`, `default.<name>` (outside it, `<tier>.<name>`).
+    "default.x-y",
 ];
 
 fn masked(ip: IpAddr, prefix: u8) -> IpNet {
@@ -451,10 +452,31 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
         });
     }
 
+    // Tiers besides `default` in some cases: before it, after it, or without an order (last).
+    if rng.chance(40) {
+        for name in ["security", "platform"].iter().take(1 + rng.below(2)) {
+            scenario.tiers.push(Tier {
+                name: (*name).to_owned(),
+                order: *rng.pick(&[Some(50.0), Some(500.0), Some(2_000_000.0), None]),
+                pass: rng.chance(50),
+            });
+        }
+    }
     let mut names: Vec<&str> = NAMES.to_vec();
     rng.shuffle(&mut names);
     let orders = [10.0, 20.0, 20.0, 30.0, 5.5, 100.0];
     for name in names.iter().take(1 + rng.below(5)) {
+        let tier = match scenario.tiers.len() {
+            0 => DEFAULT_TIER.to_owned(),
+            count if rng.chance(60) => scenario.tiers[rng.below(count)].name.clone(),
+            _ => DEFAULT_TIER.to_owned(),
+        };
+        let name = if tier == DEFAULT_TIER {
+            (*name).to_owned()
+        } else {
+            let base = name.strip_prefix("default.").unwrap_or(name);
+            format!("{tier}.{base}")
+        };
         let selector = if rng.chance(70) {
             Selector::All
         } else {
@@ -462,7 +484,8 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
         };
         let rules = (0..rng.below(5)).map(|_| random_rule(rng, &pool)).collect();
         scenario.policies.push(Policy {
-            name: (*name).to_owned(),
+            name,
+            tier,
             order: rng.chance(80).then(|| *rng.pick(&orders)),
             selector,
             explicit_types: rng.chance(30),

@@ -13,14 +13,17 @@
 //!
 //! 1. a failsafe inbound port (protocol and destination port) is allowed
 //!    before any policy;
-//! 2. the policies whose `selector` matches the endpoint's labels run in
-//!    `order` (lower first, no order last), ties broken by name;
+//! 2. the policies whose `selector` matches the endpoint's labels run tier by
+//!    tier (tiers by `order`, no order last, then name; `default` has order
+//!    1000000), and inside a tier in `order` (lower first, no order last),
+//!    ties broken by name;
 //! 3. inside a policy the rules run in order: a matching `Log` logs
 //!    (`LPI<i>|<policy>`) and goes on; `Allow` allows, `Deny` drops, `Pass`
-//!    skips the remaining policies; each logs `API…`/`DPI…`/`PPI…` when
-//!    `logActions` lists it;
-//! 4. nothing decided, or `Pass`: allowed (pre-DNAT has no default deny and
-//!    the implicit endpoint carries the allow-all profile).
+//!    skips the remaining policies of its tier; each logs
+//!    `API…`/`DPI…`/`PPI…` when `logActions` lists it;
+//! 4. nothing decided: allowed (a pre-DNAT tier has no end-of-tier action,
+//!    whatever its `defaultAction`, and the implicit endpoint carries the
+//!    allow-all profile).
 //!
 //! A rule exists in a family only if `ipVersion` allows it, its protocol
 //! exists there (ICMP only in IPv4, ICMPv6 only in IPv6), and each of its
@@ -323,8 +326,10 @@ pub struct Rule {
 /// A `preDNAT: true` GlobalNetworkPolicy with ingress rules.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
-    /// `metadata.name`.
+    /// `metadata.name` (`<tier>.<name>` outside `default`).
     pub name: String,
+    /// `spec.tier`.
+    pub tier: String,
     /// `order`.
     pub order: Option<f64>,
     /// `selector`.
@@ -335,6 +340,21 @@ pub struct Policy {
     /// `ingress`.
     pub ingress: Vec<Rule>,
 }
+
+/// A Tier.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tier {
+    /// `metadata.name`.
+    pub name: String,
+    /// `order`.
+    pub order: Option<f64>,
+    /// `defaultAction: Pass` (else `Deny`); pre-DNAT tiers have no end-of-tier action either
+    /// way.
+    pub pass: bool,
+}
+
+/// The tier policies without `spec.tier` are in.
+pub const DEFAULT_TIER: &str = "default";
 
 /// A GlobalNetworkSet.
 #[derive(Clone, Debug, PartialEq)]
@@ -431,6 +451,8 @@ impl Config {
 pub struct Scenario {
     /// The config.
     pub config: Config,
+    /// Tiers besides `default`.
+    pub tiers: Vec<Tier>,
     /// Policies.
     pub policies: Vec<Policy>,
     /// Network sets.
@@ -502,11 +524,28 @@ pub fn ordered_policies(scenario: &Scenario) -> Vec<&Policy> {
         .iter()
         .filter(|p| p.selector.matches(&labels))
         .collect();
-    policies.sort_by(|a, b| {
-        let key = |p: &Policy| p.order.unwrap_or(f64::INFINITY);
-        key(a)
-            .partial_cmp(&key(b))
+    let mut tiers: Vec<(&str, Option<f64>)> = scenario
+        .tiers
+        .iter()
+        .map(|tier| (tier.name.as_str(), tier.order))
+        .chain(std::iter::once((DEFAULT_TIER, Some(1_000_000.0))))
+        .collect();
+    let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
+    tiers.sort_by(|a, b| {
+        order_key(a.1)
+            .partial_cmp(&order_key(b.1))
             .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+    });
+    let rank = |p: &Policy| tiers.iter().position(|(name, _)| *name == p.tier);
+    policies.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| {
+                order_key(a.order)
+                    .partial_cmp(&order_key(b.order))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })
             .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
     });
     policies
@@ -527,7 +566,13 @@ pub fn evaluate(scenario: &Scenario, packet: &Packet) -> Verdict {
     }
     let logged = |action: Action| scenario.config.log_actions.contains(&action);
     let mut logs = Vec::new();
+    // The tier a `Pass` ended: its remaining policies are skipped.
+    let mut passed: Option<&str> = None;
     for policy in ordered_policies(scenario) {
+        if passed == Some(policy.tier.as_str()) {
+            continue;
+        }
+        passed = None;
         for (index, rule) in policy.ingress.iter().enumerate() {
             if !rule_matches(scenario, rule, packet) {
                 continue;
@@ -540,7 +585,14 @@ pub fn evaluate(scenario: &Scenario, packet: &Packet) -> Verdict {
             );
             match rule.action {
                 Action::Log => logs.push(prefix),
-                Action::Allow | Action::Deny | Action::Pass => {
+                Action::Pass => {
+                    if logged(rule.action) {
+                        logs.push(prefix);
+                    }
+                    passed = Some(policy.tier.as_str());
+                    break;
+                }
+                Action::Allow | Action::Deny => {
                     if logged(rule.action) {
                         logs.push(prefix);
                     }
@@ -708,6 +760,9 @@ impl Policy {
                 let _ = writeln!(out, "  order: {order}");
             }
         }
+        if self.tier != DEFAULT_TIER {
+            let _ = writeln!(out, "  tier: {}", self.tier);
+        }
         let _ = writeln!(out, "  preDNAT: true\n  applyOnForward: true");
         let _ = writeln!(out, "  selector: {}", quoted(&self.selector.to_string()));
         if self.explicit_types || self.ingress.is_empty() {
@@ -740,6 +795,17 @@ impl Scenario {
     /// Every resource as one multi-document YAML file.
     pub fn policy_yaml(&self) -> String {
         let mut documents: Vec<String> = Vec::new();
+        for tier in &self.tiers {
+            let order = tier
+                .order
+                .map(|order| format!("  order: {order:.0}\n"))
+                .unwrap_or_default();
+            documents.push(format!(
+                "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: {}\nspec:\n{order}  defaultAction: {}\n",
+                tier.name,
+                if tier.pass { "Pass" } else { "Deny" }
+            ));
+        }
         for set in &self.sets {
             documents.push(format!(
                 "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: {}\n  labels: {}\nspec:\n  nets: {}\n",
