@@ -57,13 +57,25 @@ impl Compiler<'_> {
                 .model
                 .tier(tier)
                 .is_none_or(|tier| tier.default_action == TierAction::Deny);
-            if denies
-                && matches!(
-                    path,
-                    Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-                )
-            {
+            let normal = matches!(
+                path,
+                Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
+            );
+            if normal && denies {
                 rules.extend(self.end_of_tier(path.direction(), tier));
+            } else if normal && self.config.log_actions.contains(&model::Action::Pass) {
+                // What a Pass tier leaves undecided goes on to the next tier, logged as
+                // Felix's end-of-tier pass (`PPI|<tier>`).
+                rules.push(
+                    Rule::new(
+                        vec![mark_clear(marks.pass)],
+                        Action::Nflog {
+                            group: self.nflog_group(path.direction()),
+                            prefix: rules::nflog_prefix('P', path.direction(), None, tier),
+                        },
+                    )
+                    .comment(format!("End of tier {tier}: pass, logged")),
+                );
             }
         }
         if matches!(path, Path::NormalIn | Path::NormalOut) {

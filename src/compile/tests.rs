@@ -556,3 +556,72 @@ spec:
         "one set, both protocols, not the web port"
     );
 }
+
+#[test]
+fn tiers_run_in_order_each_ending_in_its_default_action() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tiers.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: security}
+spec: {order: 100}
+---
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: platform}
+spec: {order: 200, defaultAction: Pass}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: platform.ssh}
+spec: {tier: platform, selector: all(), ingress: [{action: Allow, protocol: TCP, destination: {ports: [22]}}]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: security.block}
+spec: {tier: security, selector: all(), ingress: [{action: Deny, source: {nets: [192.0.2.66/32]}}, {action: Pass}]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec: {selector: all(), ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]}
+",
+    )
+    .expect("write");
+    let set = crate::policy_set::load(&[file]);
+    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    let config = Config {
+        log_actions: [crate::model::Action::Deny, crate::model::Action::Pass]
+            .into_iter()
+            .collect(),
+        ..Config::default()
+    };
+    let compiled = compile(&set.model, &config, &crate::fixtures::golden_host());
+    let chain = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .and_then(|family| family.tables.iter().find(|t| t.table == Table::Filter))
+        .and_then(|table| table.chains.iter().find(|c| c.name.starts_with("npg-fh-")))
+        .expect("the host endpoint's filter chain");
+    let said: Vec<String> = chain
+        .rules
+        .iter()
+        .filter_map(|rule| rule.comment.clone())
+        .filter(|comment| comment.contains("tier"))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "Start of tier security",
+            "End of tier security: log",
+            "End of tier security. Drop if no policies passed packet",
+            "Start of tier platform",
+            "End of tier platform: pass, logged",
+            "Start of tier default",
+            "End of tier default: log",
+            "End of tier default. Drop if no policies passed packet",
+        ]
+    );
+}
