@@ -114,6 +114,7 @@ fn real_selector_parser() -> bool {
     Selector::parse("role = 'x'").is_err()
 }
 
+mod calico_corpus;
 mod envelope;
 mod fixtures;
 mod host_endpoint;
