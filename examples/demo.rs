@@ -182,14 +182,15 @@ fn main() -> ExitCode {
 
     step(
         8,
-        "status: packets per policy rule, from the kernel's counters",
+        "status: what the kernel holds, packets per policy rule, and whether it is in sync",
     );
     let status = demo.run(&["status"]);
-    for line in status
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("POLICY") || l.contains("allow-cluster-nodeport-only"))
-    {
+    for line in status.stdout.lines().filter(|l| {
+        l.starts_with("POLICY")
+            || l.contains("allow-cluster-nodeport-only")
+            || l.starts_with("In sync")
+            || l.starts_with("Out of sync")
+    }) {
         println!("    {line}");
     }
 
