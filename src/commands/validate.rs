@@ -28,8 +28,20 @@ pub fn run(settings: &Settings, paths: &[PathBuf]) -> ExitCode {
         return ExitCode::from(1);
     }
     let policies = set.model.policies().len();
+    // Tiers the files declare (the implicit `default` is not counted), when there are any.
+    let tiers = set
+        .model
+        .tiers()
+        .iter()
+        .filter(|tier| tier.origin.is_some())
+        .count();
+    let tiers = if tiers == 0 {
+        String::new()
+    } else {
+        format!(", {tiers} tier{}", plural(tiers))
+    };
     println!(
-        "valid: {} polic{}, {} network set{}, {} host endpoint{} in {} file{}",
+        "valid: {} polic{}, {} network set{}, {} host endpoint{}{tiers} in {} file{}",
         policies,
         if policies == 1 { "y" } else { "ies" },
         set.model.network_sets().len(),
