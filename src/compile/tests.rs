@@ -505,17 +505,14 @@ fn ipv6_off_skips_the_family_and_says_so() {
 
 #[test]
 fn a_named_port_without_protocol_matches_the_port_on_each_of_its_protocols() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("dns.yaml");
-    std::fs::write(
-        &file,
+    let model = model_of(
         "apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata:
-  name: node1-eth0
+  name: node-1-eth0
   labels: {role: dns}
 spec:
-  node: node1
+  node: node-1
   interfaceName: eth0
   expectedIPs: [198.51.100.1]
   ports:
@@ -534,15 +531,8 @@ spec:
       destination:
         ports: [dns]
 ",
-    )
-    .expect("write");
-    let set = crate::policy_set::load(&[file]);
-    assert!(set.is_valid(), "{:?}", set.diagnostics);
-    let compiled = compile(
-        &set.model,
-        &Config::default(),
-        &crate::fixtures::golden_host(),
     );
+    let compiled = compile(&model, &Config::default(), &host());
     let v4 = compiled.ruleset.family(IpFamily::V4).expect("IPv4");
     let members: Vec<Vec<String>> = v4
         .sets
@@ -559,10 +549,7 @@ spec:
 
 #[test]
 fn tiers_run_in_order_each_ending_in_its_default_action() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("tiers.yaml");
-    std::fs::write(
-        &file,
+    let model = model_of(
         "apiVersion: projectcalico.org/v3
 kind: Tier
 metadata: {name: security}
@@ -588,17 +575,14 @@ kind: GlobalNetworkPolicy
 metadata: {name: web}
 spec: {selector: all(), ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]}
 ",
-    )
-    .expect("write");
-    let set = crate::policy_set::load(&[file]);
-    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    );
     let config = Config {
         log_actions: [crate::model::Action::Deny, crate::model::Action::Pass]
             .into_iter()
             .collect(),
         ..Config::default()
     };
-    let compiled = compile(&set.model, &config, &crate::fixtures::golden_host());
+    let compiled = compile(&model, &config, &host());
     let chain = compiled
         .ruleset
         .family(IpFamily::V4)
@@ -624,4 +608,23 @@ spec: {selector: all(), ingress: [{action: Allow, protocol: TCP, destination: {p
             "End of tier default. Drop if no policies passed packet",
         ]
     );
+}
+
+/// The model of a policy file's text, checked by validation (which must find no error).
+fn model_of(text: &str) -> Model {
+    let mut sources = crate::source::Sources::new();
+    let id = sources.add(crate::source::SourceFile::new("p.yaml", text));
+    let (resources, mut diagnostics) = crate::load::parse_file(id, sources.get(id));
+    let resources: Vec<_> = resources
+        .into_iter()
+        .map(|resource| (id, resource))
+        .collect();
+    let (model, more) = crate::validate::validate(&sources, &resources);
+    diagnostics.extend(more);
+    assert!(
+        !crate::diagnostic::has_errors(&diagnostics),
+        "{}",
+        crate::diagnostic::render_all(&diagnostics, &sources)
+    );
+    model
 }

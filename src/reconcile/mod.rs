@@ -121,3 +121,6 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, Data
     verify(dataplane, previous, &changes)?;
     Ok(changes)
 }
+
+#[cfg(test)]
+mod tests;

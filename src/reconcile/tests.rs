@@ -1,0 +1,515 @@
+//! The reconciler driven through the in-memory kernel: every golden policy on every backend,
+//! rollback, verification, drift repair, the order of writes, and what reads the kernel after
+//! it (counters, detection). No root needed.
+
+use std::path::PathBuf;
+
+use crate::config::Config;
+use crate::dataplane::fake::FakeKernel;
+use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
+use crate::model::IpFamily;
+use crate::plan::{ChainAction, plan};
+use crate::reconcile::{ReconcileError, reconcile};
+use crate::ruleset::Ruleset;
+use crate::state::State;
+
+const LEGACY: &dyn Backend = &crate::dataplane::iptables::LEGACY;
+const NFT: &dyn Backend = &crate::dataplane::iptables::NFT;
+const NATIVE: &dyn Backend = &crate::dataplane::nftables::NFTABLES;
+
+const BACKENDS: [&dyn Backend; 3] = [LEGACY, NFT, NATIVE];
+
+fn ruleset(file: &std::path::Path) -> Ruleset {
+    let set = crate::policy_set::load(&[file.to_path_buf()]);
+    assert!(set.is_valid(), "{} is not valid", file.display());
+    crate::compile::compile(
+        &set.model,
+        &Config::default(),
+        &crate::fixtures::golden_host(),
+    )
+    .ruleset
+}
+
+fn policy(name: &str) -> Ruleset {
+    ruleset(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("policies")
+            .join(format!("{name}.yaml")),
+    )
+}
+
+struct Setup {
+    fake: FakeKernel,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        Setup {
+            fake: FakeKernel::new(),
+            dir: tempfile::tempdir().expect("temporary directory"),
+        }
+    }
+
+    fn dataplane(&self, backend: &'static dyn Backend) -> Dataplane<'_> {
+        Dataplane::new(
+            backend,
+            &self.fake,
+            IpFamily::BOTH.to_vec(),
+            self.dir.path(),
+        )
+    }
+}
+
+/// What the planner compares: per chain the hashes in order, per hook chain the positions and
+/// hashes, per set family, type and members. Rule texts and counters are left out.
+pub(crate) fn projection(state: &State) -> String {
+    let mut out = String::new();
+    for (key, table) in &state.tables {
+        for (chain, rules) in &table.chains {
+            let hashes: Vec<&str> = rules
+                .iter()
+                .map(|rule| rule.hash.as_deref().unwrap_or("<foreign>"))
+                .collect();
+            out.push_str(&format!("{key} {chain}: {}\n", hashes.join(" ")));
+        }
+        for (chain, hooks) in &table.hooks {
+            for hook in hooks {
+                out.push_str(&format!(
+                    "{key} hook {chain}@{}: {}\n",
+                    hook.position,
+                    hook.rule.hash.as_deref().unwrap_or("<foreign>")
+                ));
+            }
+        }
+    }
+    for (name, set) in &state.sets {
+        let members: Vec<&str> = set.members.iter().map(String::as_str).collect();
+        out.push_str(&format!(
+            "set {name} {} {}: {}\n",
+            set.family,
+            set.kind,
+            members.join(" ")
+        ));
+    }
+    out
+}
+
+#[test]
+fn every_golden_policy_reaches_its_desired_state_on_every_backend() {
+    for file in crate::fixtures::example_policies() {
+        let rules = ruleset(&file);
+        for backend in BACKENDS {
+            let setup = Setup::new();
+            let dataplane = setup.dataplane(backend);
+            let desired = backend.desired(&rules);
+            let what = format!("{} on {backend}", file.display());
+            let outcome = reconcile(&dataplane, &desired).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(!outcome.plan.is_empty(), "{what}: the first apply writes");
+            let observed = dataplane.observe().expect("observe");
+            assert_eq!(projection(&observed), projection(&desired), "{what}");
+            assert!(plan(&desired, &observed).is_empty(), "{what}");
+            let again = reconcile(&dataplane, &desired).expect("second reconcile");
+            assert!(
+                again.plan.is_empty(),
+                "{what}: second reconcile planned {:?}",
+                again.plan
+            );
+            // And back to nothing: cleanup leaves no trace of ours.
+            reconcile(&dataplane, &State::default()).expect("cleanup");
+            assert!(
+                dataplane.observe().expect("observe").is_empty(),
+                "{what}: cleanup"
+            );
+        }
+    }
+}
+
+fn assert_rolled_back(
+    result: Result<crate::reconcile::Outcome, ReconcileError>,
+    what: &str,
+) -> DataplaneError {
+    match result {
+        Err(error @ ReconcileError::RolledBack { .. }) => {
+            assert!(
+                error
+                    .to_string()
+                    .contains("the previous rules were restored"),
+                "{what}: {error}"
+            );
+            let ReconcileError::RolledBack { error } = error else {
+                unreachable!()
+            };
+            error
+        }
+        Err(other) => panic!("{what}: expected a rollback, got {other}"),
+        Ok(outcome) => panic!("{what}: expected a failure, applied {:?}", outcome.plan),
+    }
+}
+
+#[test]
+fn a_failed_write_leaves_the_kernel_exactly_as_before() {
+    let first = policy("nodeport-whitelist");
+    let second = policy("dual-stack");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        reconcile(&dataplane, &backend.desired(&first)).expect("first apply");
+        // (Counters stay out of it: a rollback rewrites the chains it changed, and a rewritten
+        // rule starts from zero in the real kernel as well.)
+        let before = setup.fake.snapshot();
+        // iptables writes sets, then a table per restore: the 2nd write is the first table,
+        // after the sets changed. nftables writes everything in one transaction: its 1st.
+        let nth = if backend == NATIVE { 1 } else { 2 };
+        setup.fake.fail_write(nth);
+        let error = assert_rolled_back(
+            reconcile(&dataplane, &backend.desired(&second)),
+            &backend.to_string(),
+        );
+        assert!(
+            matches!(error, DataplaneError::Failed(_)),
+            "{backend}: {error}"
+        );
+        assert_eq!(
+            setup.fake.snapshot(),
+            before,
+            "{backend}: the kernel changed"
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_on_an_empty_kernel_leaves_it_empty() {
+    let rules = policy("office-networkset");
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let before = setup.fake.snapshot();
+        setup.fake.fail_write(2);
+        assert_rolled_back(
+            reconcile(&dataplane, &backend.desired(&rules)),
+            &backend.to_string(),
+        );
+        assert_eq!(
+            setup.fake.snapshot(),
+            before,
+            "{backend}: the sets were left behind"
+        );
+    }
+}
+
+#[test]
+fn a_rule_the_kernel_loses_is_a_verify_error_and_is_rolled_back() {
+    let first = policy("nodeport-whitelist");
+    let second = policy("dual-stack");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let old = backend.desired(&first);
+        reconcile(&dataplane, &old).expect("first apply");
+        let desired = backend.desired(&second);
+        let old_hashes = projection(&old);
+        let victim = desired
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values())
+            .flatten()
+            .filter_map(|rule| rule.hash.clone())
+            .find(|hash| !old_hashes.contains(hash.as_str()))
+            .expect("a new rule");
+        let before = setup.fake.snapshot();
+        setup.fake.drop_rules_containing(&format!("npg:{victim}"));
+        let error = assert_rolled_back(reconcile(&dataplane, &desired), &backend.to_string());
+        assert!(
+            matches!(error, DataplaneError::Verify(_)),
+            "{backend}: {error}"
+        );
+        if backend == NATIVE {
+            // A chain nft deleted and made again is listed after the others, as in the kernel.
+            assert_eq!(
+                sorted_lines(&setup.fake.snapshot()),
+                sorted_lines(&before),
+                "{backend}"
+            );
+        } else {
+            assert_eq!(setup.fake.snapshot(), before, "{backend}: not rolled back");
+        }
+    }
+}
+
+fn sorted_lines(text: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    lines
+}
+
+#[test]
+fn drift_is_repaired_by_putting_back_exactly_what_went_missing() {
+    let rules = policy("nodeport-whitelist");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        // A rule of one family only, so one chain of one table misses it.
+        let everything = projection(&desired);
+        let (key, chain, hash) = desired
+            .tables
+            .iter()
+            .flat_map(|(key, table)| {
+                table.chains.iter().flat_map(move |(chain, rules)| {
+                    rules
+                        .iter()
+                        .map(move |rule| (*key, chain.clone(), rule.hash.clone()))
+                })
+            })
+            .find_map(|(key, chain, hash)| {
+                let hash = hash?;
+                (everything.matches(hash.as_str()).count() == 1).then_some((key, chain, hash))
+            })
+            .expect("a rule of one family");
+        assert_eq!(
+            setup.fake.delete_rules_containing(&format!("npg:{hash}")),
+            1
+        );
+        let drifted = dataplane.observe().expect("observe");
+        assert!(
+            !plan(&desired, &drifted).is_empty(),
+            "{backend}: drift not seen"
+        );
+        let outcome = reconcile(&dataplane, &desired).expect("repair");
+        let summary = outcome.plan.summary();
+        assert_eq!(
+            outcome.plan.tables.len(),
+            1,
+            "{backend}: {}",
+            summary.line()
+        );
+        assert_eq!(outcome.plan.tables[0].key, key, "{backend}");
+        let changes: Vec<(&str, ChainAction)> = outcome.plan.tables[0]
+            .chains
+            .iter()
+            .map(|change| (change.name.as_str(), change.action))
+            .collect();
+        assert_eq!(
+            changes,
+            vec![(chain.as_str(), ChainAction::Replace)],
+            "{backend}"
+        );
+        assert!(outcome.plan.tables[0].hooks.is_empty(), "{backend}");
+        assert!(outcome.plan.sets.is_empty(), "{backend}");
+        let repaired = dataplane.observe().expect("observe");
+        assert_eq!(projection(&repaired), projection(&desired), "{backend}");
+    }
+}
+
+#[test]
+fn a_foreign_program_moving_our_jump_is_repaired() {
+    let rules = policy("docker-published-port");
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        let restore = if backend == LEGACY {
+            "iptables-legacy-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        let output = setup.fake.foreign(
+            restore,
+            &["--noflush"],
+            "*mangle\n-I PREROUTING 1 -s 10.9.9.9/32 -j ACCEPT\nCOMMIT\n",
+        );
+        assert!(output.success, "{}", output.stderr);
+        let outcome = reconcile(&dataplane, &desired).expect("repair");
+        assert_eq!(outcome.plan.summary().hooks_to_fix, 1, "{backend}");
+        let save = setup
+            .fake
+            .run(
+                restore.replace("restore", "save").as_str(),
+                &["-t", "mangle"],
+                None,
+            )
+            .expect("save");
+        let prerouting: Vec<&str> = save
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with("-A PREROUTING"))
+            .collect();
+        assert_eq!(prerouting.len(), 2, "{backend}: {}", save.stdout);
+        assert!(
+            prerouting[0].contains("npg:"),
+            "{backend}: ours first: {prerouting:?}"
+        );
+        assert!(
+            prerouting[1].contains("10.9.9.9"),
+            "{backend}: theirs kept: {prerouting:?}"
+        );
+    }
+}
+
+#[test]
+fn iptables_creates_sets_before_the_tables_using_them_and_destroys_them_after() {
+    let rules = policy("office-networkset");
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        assert!(!desired.sets.is_empty(), "the policy uses sets");
+        reconcile(&dataplane, &desired).expect("apply");
+        let writes: Vec<_> = setup
+            .fake
+            .commands()
+            .into_iter()
+            .filter(|c| c.write)
+            .collect();
+        let kinds: Vec<&str> = writes
+            .iter()
+            .map(|c| {
+                if c.program == "ipset" {
+                    "sets"
+                } else {
+                    "table"
+                }
+            })
+            .collect();
+        assert_eq!(kinds.first(), Some(&"sets"), "{backend}: {kinds:?}");
+        assert!(
+            kinds[1..].iter().all(|kind| *kind == "table"),
+            "{backend}: {kinds:?}"
+        );
+        assert!(
+            writes[0]
+                .stdin
+                .as_deref()
+                .unwrap_or_default()
+                .contains("create npg"),
+            "{backend}"
+        );
+        setup.fake.clear_commands();
+        reconcile(&dataplane, &State::default()).expect("cleanup");
+        let writes: Vec<_> = setup
+            .fake
+            .commands()
+            .into_iter()
+            .filter(|c| c.write)
+            .collect();
+        let last = writes.last().expect("writes");
+        assert_eq!(last.program, "ipset", "{backend}");
+        assert!(
+            last.stdin
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("destroy npg"),
+            "{backend}: {:?}",
+            last.stdin
+        );
+        assert!(
+            writes[..writes.len() - 1]
+                .iter()
+                .all(|c| c.program != "ipset"),
+            "{backend}: sets destroyed before the tables let go of them"
+        );
+        assert!(
+            setup
+                .fake
+                .run("ipset", &["save"], None)
+                .expect("save")
+                .stdout
+                .is_empty()
+        );
+    }
+}
+#[test]
+fn counters_set_by_a_test_are_read_back() {
+    let rules = policy("nodeport-whitelist");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        assert!(setup.fake.set_counters("npg:", 5, 300) > 0);
+        let observed = dataplane.observe().expect("observe");
+        let counted = observed
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values())
+            .flatten()
+            .all(|rule| {
+                rule.counters
+                    .is_some_and(|c| c.packets == 5 && c.bytes == 300)
+            });
+        assert!(counted, "{backend}");
+    }
+}
+
+#[test]
+fn a_program_that_always_fails_is_reported_with_its_stderr() {
+    let rules = policy("nodeport-range");
+    let setup = Setup::new();
+    let dataplane = setup.dataplane(NATIVE);
+    setup.fake.fail_program("nft");
+    let Err(ReconcileError::RolledBack { error }) = reconcile(&dataplane, &NATIVE.desired(&rules))
+    else {
+        panic!("expected a rollback");
+    };
+    assert!(
+        error.to_string().contains("Operation not permitted"),
+        "{error}"
+    );
+    let writes = setup.fake.commands().iter().filter(|c| c.write).count();
+    assert_eq!(writes, 1, "nothing to restore, so nothing more written");
+}
+
+/// A set of ours whose type is wrong cannot be swapped for one of the right type while a rule
+/// uses it: the apply fails loudly and the kernel is put back as it was.
+#[test]
+fn a_set_of_another_type_is_refused_and_rolled_back() {
+    let rules = policy("dual-stack");
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&rules);
+        reconcile(&dataplane, &desired).expect("apply");
+        let restore = if backend == LEGACY {
+            "iptables-legacy-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        // Another program puts a hash:net set under our name and points a rule at it.
+        let foreign = setup.fake.foreign(
+            "ipset",
+            &["restore"],
+            "create npg4-wrong hash:net family inet maxelem 1048576\nadd npg4-wrong 192.0.2.0/24\n",
+        );
+        assert!(foreign.success, "{}", foreign.stderr);
+        let script = "*mangle\n:npg-extra - [0:0]\n-A npg-extra -m set --match-set npg4-wrong src -j RETURN\nCOMMIT\n";
+        assert!(setup.fake.foreign(restore, &["--noflush"], script).success);
+        let mut wanted = desired.clone();
+        let mut set = wanted.sets["npg4-this-host"].clone();
+        set.kind = "hash:ip".into();
+        wanted.sets.insert("npg4-wrong".into(), set);
+        let before = setup.fake.snapshot();
+        let error = assert_rolled_back(reconcile(&dataplane, &wanted), &backend.to_string());
+        assert!(
+            error
+                .to_string()
+                .contains("The sets cannot be swapped: their type does not match"),
+            "{backend}: {error}"
+        );
+        assert_eq!(setup.fake.snapshot(), before, "{backend}");
+    }
+}
+
+/// `--backend auto` stays with the backend our rules are already in.
+#[test]
+fn detection_finds_our_rules_in_the_fake() {
+    let rules = policy("nodeport-range");
+    for backend in BACKENDS {
+        let setup = Setup::new();
+        reconcile(&setup.dataplane(backend), &backend.desired(&rules)).expect("apply");
+        let (found, reason) = crate::dataplane::detect::detect(&setup.fake);
+        assert_eq!(found, backend, "{reason}");
+    }
+}
