@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Result;
 use serde_json::json;
 
+use super::output::plural;
 use crate::counters::{self, Presence, RuleCounter};
 use crate::dataplane::{Backend, Dataplane, Runner};
 use crate::model::IpFamily;
@@ -93,15 +94,13 @@ pub(super) fn gather(
                 Comparison::Differs(changes)
             }
         }
-        Compiling::Invalid(set) => Comparison::Unknown(format!(
-            "the policy files are invalid ({} error{}; `nodeport-guard validate` shows them)",
-            set.diagnostics.iter().filter(|d| d.is_error()).count(),
-            if set.diagnostics.iter().filter(|d| d.is_error()).count() == 1 {
-                ""
-            } else {
-                "s"
-            }
-        )),
+        Compiling::Invalid(set) => {
+            let errors = set.diagnostics.iter().filter(|d| d.is_error()).count();
+            Comparison::Unknown(format!(
+                "the policy files are invalid ({errors} error{}; `nodeport-guard validate` shows them)",
+                plural(errors)
+            ))
+        }
         Compiling::MissingDirectory => Comparison::Unknown(format!(
             "the policy directory `{}` does not exist",
             settings.config.policies_dir.display()

@@ -22,6 +22,12 @@ struct Harness {
 }
 
 impl Harness {
+    /// Another program deletes the whitelist's allow rule (drift).
+    fn remove_our_allow_rule(&self) {
+        let removed = self.kernel.delete_rules_containing("198.51.100.10");
+        assert!(removed > 0, "no allow rule of ours to remove");
+    }
+
     fn new(backend: &'static dyn Backend) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let policies = dir.path().join("policies");
@@ -393,7 +399,7 @@ fn status_reads_the_kernel_not_the_policy_files() {
         assert_eq!(harness.status_exit(), exit(0));
 
         // Another program deletes our allow rule: status says so, as plan would.
-        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.remove_our_allow_rule();
         let drifted = harness.status();
         assert_eq!(drifted["inSync"], false, "{backend}: {drifted:#}");
         assert!(
@@ -492,7 +498,7 @@ fn a_rollback_says_when_what_it_put_back_had_drifted() {
             let harness = Harness::new(backend);
             assert_exit(harness.apply(None).expect("apply version A"), 0);
             if drift {
-                assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+                harness.remove_our_allow_rule();
             }
             let previous = harness.ours();
             let state_dir = harness.state_dir();

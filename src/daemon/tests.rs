@@ -18,6 +18,12 @@ struct Harness {
 }
 
 impl Harness {
+    /// Another program deletes the whitelist's allow rule (drift).
+    fn remove_our_allow_rule(&self) {
+        let removed = self.kernel.delete_rules_containing("198.51.100.10");
+        assert!(removed > 0, "no allow rule of ours to remove");
+    }
+
     fn new(backend: &'static dyn Backend, allow_empty: bool) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let policies = dir.path().join("policies");
@@ -131,11 +137,7 @@ fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
         let ours = applied(&mut harness);
         harness.write("whitelist.yaml", "kind: [");
         harness.daemon.handle(Event::PoliciesChanged);
-        let removed = harness.kernel.delete_rules_containing("198.51.100.10");
-        assert!(
-            removed > 0,
-            "{backend}: a foreign program removed our allow rule"
-        );
+        harness.remove_our_allow_rule();
         assert_ne!(harness.ours(), ours);
         harness.daemon.handle(Event::Resync);
         assert_eq!(
@@ -152,7 +154,7 @@ fn drift_is_repaired_on_resync() {
     each_backend(|backend| {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
-        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.remove_our_allow_rule();
         harness.daemon.handle(Event::Resync);
         assert_eq!(harness.ours(), ours, "{backend}");
         assert_eq!(harness.metric(|m| m.drift_repairs), 1);
@@ -274,7 +276,7 @@ fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
         let ours = applied(&mut harness);
         harness.write("whitelist.yaml", "kind: [");
         harness.daemon.handle(Event::PoliciesChanged);
-        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.remove_our_allow_rule();
         harness.daemon.handle(Event::Reload);
         assert_eq!(
             harness.ours(),
@@ -284,7 +286,7 @@ fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
 
         harness.remove("whitelist.yaml");
         harness.daemon.handle(Event::PoliciesChanged);
-        assert!(harness.kernel.delete_rules_containing("198.51.100.10") > 0);
+        harness.remove_our_allow_rule();
         harness.daemon.handle(Event::Reload);
         assert_eq!(
             harness.ours(),
