@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-pub use crate::counters::{AppliedIndex, OriginEntry};
+use crate::counters::AppliedIndex;
 use crate::dataplane::Backend;
 use crate::model::IpFamily;
 use crate::state::State;
