@@ -122,12 +122,6 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         checker.report(name.span, problem);
         return None;
     }
-    if kind == Kind::GlobalNetworkPolicy
-        && let Some(problem) = policy_name_problem(&name.value)
-    {
-        checker.report(name.span, problem);
-        return None;
-    }
     Some(Identity {
         name: name.value.clone(),
         labels,
@@ -222,33 +216,4 @@ fn annotation_value_problem(value: &str) -> Option<Problem> {
     } else {
         problem.help("annotations are shown in rule comments, which are one line of printable text; remove the control characters")
     })
-}
-
-/// Calico's rule for GlobalNetworkPolicy names, beyond a subdomain's: at most one `.` (between
-/// a tier and a name, `<tier>.<name>`), and not `knp.default.…`, which names Kubernetes
-/// network policies ("disallow name with dot", "disallow k8s policy name" in Calico's tests).
-fn policy_name_problem(name: &str) -> Option<Problem> {
-    if let Some(rest) = name.strip_prefix("knp.default.") {
-        return Some(
-            Problem::new(format!(
-                "the name `{name}` is reserved: `knp.default.` names Kubernetes network policies"
-            ))
-            .help(if policy_name_problem(rest).is_none() && !rest.is_empty() {
-                format!("write `{rest}`")
-            } else {
-                "choose a name without the `knp.default.` prefix".to_owned()
-            }),
-        );
-    }
-    if name.matches('.').count() <= 1 {
-        return None;
-    }
-    // Dots become `-`: valid in every Calico version, with or without tiers.
-    let better = name.replace('.', "-");
-    Some(
-        Problem::new(format!(
-            "the name `{name}` has more than one `.`: a GlobalNetworkPolicy name is one label, or a tier and a label (`<tier>.<name>`)"
-        ))
-        .help(format!("write `{better}`")),
-    )
 }

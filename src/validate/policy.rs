@@ -5,7 +5,7 @@ use crate::selector::Selector;
 use crate::source::Span;
 use crate::spec::{RawPolicySpec, RawRule, Sp};
 
-use super::checker::Checker;
+use super::checker::{Checker, Problem};
 use super::entity::check_selector;
 use super::envelope::Identity;
 use super::rules::check_rules;
@@ -34,7 +34,7 @@ pub(super) fn check_policy(
         .as_ref()
         .map_or(DEFAULT_TIER, |tier| tier.value.as_str());
     if let Some(identity) = &identity {
-        check_tiered_name(checker, &identity.name, tier);
+        check_policy_name(checker, &identity.name, tier);
     }
     let order = spec
         .order
@@ -90,6 +90,49 @@ pub(super) fn check_policy(
             .is_some_and(|flag| flag.value),
         origin: identity.origin,
     })
+}
+
+/// Calico's rules for a policy's name beyond a subdomain's: the shape, then the tier prefix.
+fn check_policy_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
+    match policy_name_problem(name) {
+        Some(problem) => {
+            let span = checker
+                .resource
+                .name()
+                .map_or(checker.resource.span, |name| name.span);
+            checker.report(span, problem);
+        }
+        None => check_tiered_name(checker, name, tier),
+    }
+}
+
+/// Calico's rule for GlobalNetworkPolicy names, beyond a subdomain's: at most one `.` (between
+/// a tier and a name, `<tier>.<name>`), and not `knp.default.…`, which names Kubernetes
+/// network policies ("disallow name with dot", "disallow k8s policy name" in Calico's tests).
+fn policy_name_problem(name: &str) -> Option<Problem> {
+    if let Some(rest) = name.strip_prefix("knp.default.") {
+        return Some(
+            Problem::new(format!(
+                "the name `{name}` is reserved: `knp.default.` names Kubernetes network policies"
+            ))
+            .help(if policy_name_problem(rest).is_none() && !rest.is_empty() {
+                format!("write `{rest}`")
+            } else {
+                "choose a name without the `knp.default.` prefix".to_owned()
+            }),
+        );
+    }
+    if name.matches('.').count() <= 1 {
+        return None;
+    }
+    // Dots become `-`: valid in every Calico version, with or without tiers.
+    let better = name.replace('.', "-");
+    Some(
+        Problem::new(format!(
+            "the name `{name}` has more than one `.`: a GlobalNetworkPolicy name is one label, or a tier and a label (`<tier>.<name>`)"
+        ))
+        .help(format!("write `{better}`")),
+    )
 }
 
 /// Calico's rule for the names of tiered policies (v3.29–v3.31's
