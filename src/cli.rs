@@ -145,6 +145,9 @@ pub enum Command {
         #[arg(long)]
         detailed_exitcode: bool,
     },
+    /// Follow one packet through the policies, without the kernel: the host endpoint, failsafe
+    /// ports, each tier and policy with the rule that matched, the marks, and the verdict.
+    Trace(TraceArgs),
     /// Remove every chain, jump and set nodeport-guard owns.
     Cleanup {
         /// Do not ask
@@ -173,6 +176,73 @@ pub enum Command {
         /// The pending apply's id
         id: String,
     },
+}
+
+/// The packet `trace` follows.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Source address
+    #[arg(long, value_name = "IP")]
+    pub src: std::net::IpAddr,
+    /// Destination address (before DNAT: the node's address for a NodePort)
+    #[arg(long, value_name = "IP")]
+    pub dst: std::net::IpAddr,
+    /// Protocol: tcp, udp, sctp, udplite, icmp, icmpv6, or a number [default: tcp, or icmp /
+    /// icmpv6 with --icmp-type]
+    #[arg(long, value_name = "PROTO")]
+    pub proto: Option<String>,
+    /// Source port [default: 49152 for protocols with ports]
+    #[arg(long, value_name = "PORT")]
+    pub sport: Option<u16>,
+    /// Destination port (before DNAT: the NodePort or published port)
+    #[arg(long, value_name = "PORT")]
+    pub dport: Option<u16>,
+    /// ICMP type
+    #[arg(long, value_name = "TYPE")]
+    pub icmp_type: Option<u8>,
+    /// ICMP code
+    #[arg(long, value_name = "CODE", requires = "icmp_type")]
+    pub icmp_code: Option<u8>,
+    /// The interface of the host endpoint: the packet arrives on it (inbound, forward) or
+    /// leaves by it (outbound) [default: one without a host endpoint of its own]
+    #[arg(long, value_name = "NAME")]
+    pub iface: Option<String>,
+    /// Forwarded packets: the interface they leave by
+    #[arg(long, value_name = "NAME")]
+    pub out_iface: Option<String>,
+    /// How the packet travels
+    #[arg(long, value_enum, default_value_t = TraceDirection::Inbound)]
+    pub direction: TraceDirection,
+    /// The packet's conntrack state
+    #[arg(long, value_enum, default_value_t = TraceState::New)]
+    pub state: TraceState,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `trace --direction` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TraceDirection {
+    /// Arriving for this host (a NodePort or published port is judged before DNAT)
+    Inbound,
+    /// Routed through this host (after DNAT to a pod or container)
+    Forward,
+    /// Sent by this host
+    Outbound,
+}
+
+/// `trace --state` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TraceState {
+    /// The first packet of a connection
+    New,
+    /// A packet of a known connection, or its reply
+    Established,
+    /// Related to a known connection (an ICMP error)
+    Related,
+    /// A packet conntrack cannot place
+    Invalid,
 }
 
 /// What `generate` writes.

@@ -34,4 +34,5 @@ pub mod source;
 pub mod spec;
 pub mod state;
 pub mod system;
+pub mod trace;
 pub mod validate;

@@ -1,8 +1,10 @@
 //! Differential testing of the policy semantics: random pre-DNAT policy
 //! sets are applied to a real node with `nodeport-guard apply --yes`, and
-//! packets from the client are compared with what the reference evaluator
-//! (`tests/reference/`, written from SPEC.md's "Semantics") says about
-//! them: allowed or dropped, and which NFLOG prefixes are logged.
+//! packets from the client are compared with what two evaluators say about
+//! them: the reference (`tests/reference/`, written from SPEC.md's
+//! "Semantics") and `nodeport-guard trace` (`nodeport_guard::trace`, run on
+//! the same files as the library): allowed or dropped, and which NFLOG
+//! prefixes are logged.
 //!
 //! Each case draws policies (orders with ties and without order; actions
 //! Allow, Deny, Pass, Log; nets and notNets covering some of the client's
@@ -121,8 +123,10 @@ struct Observed {
 enum Failure {
     /// `apply --yes` refused or failed.
     Apply(String),
-    /// The kernel disagreed with the reference about `packet`.
+    /// The kernel disagreed with an evaluator (`judge`: the reference or
+    /// the trace) about `packet`.
     Mismatch {
+        judge: &'static str,
         packet: Packet,
         expected: reference::Verdict,
         observed: Observed,
@@ -142,6 +146,7 @@ impl Failure {
         match self {
             Failure::Apply(output) => format!("apply --yes failed:\n{output}"),
             Failure::Mismatch {
+                judge,
                 packet,
                 expected,
                 observed,
@@ -149,7 +154,7 @@ impl Failure {
                 let word = |allowed: bool| if allowed { "allowed" } else { "dropped" };
                 let expected_logs: BTreeSet<&String> = expected.logs.iter().collect();
                 format!(
-                    "packet:    {packet}\nreference: {}, logs {:?} ({})\nkernel:    {}, logs {:?} ({})",
+                    "packet:    {packet}\n{judge:<10} {}, logs {:?} ({})\nkernel:    {}, logs {:?} ({})",
                     word(expected.allowed),
                     expected_logs,
                     expected.reason,
@@ -207,6 +212,7 @@ impl<'lab> Differential<'lab> {
             .iter()
             .map(|p| reference::evaluate(scenario, p))
             .collect();
+        let traced = traced_verdicts(&self.guard, packets);
         let log_start = self.log.events().len();
         let lab = self.lab;
         let results: Vec<Result<String, ConnectError>> = std::thread::scope(|scope| {
@@ -254,7 +260,9 @@ impl<'lab> Differential<'lab> {
         std::thread::sleep(Duration::from_millis(30));
         let seen = seen(&self.log);
 
-        for ((packet, verdict), result) in packets.iter().zip(expected).zip(results) {
+        for (((packet, verdict), traced), result) in
+            packets.iter().zip(expected).zip(traced).zip(results)
+        {
             let (allowed, detail) = match &result {
                 Ok(reply) => (true, format!("answered by {reply}")),
                 Err(ConnectError::Refused) => (true, "refused by the node's stack".to_owned()),
@@ -271,15 +279,26 @@ impl<'lab> Differential<'lab> {
                 result,
                 Err(ref e) if !matches!(e, ConnectError::Refused | ConnectError::TimedOut)
             );
-            if allowed != verdict.allowed || logs != expected_logs || broken {
+            let observed = Observed {
+                allowed,
+                detail,
+                logs,
+            };
+            if allowed != verdict.allowed || observed.logs != expected_logs || broken {
                 return Some(Failure::Mismatch {
+                    judge: "reference:",
                     packet: *packet,
                     expected: verdict,
-                    observed: Observed {
-                        allowed,
-                        detail,
-                        logs,
-                    },
+                    observed,
+                });
+            }
+            let traced_logs: BTreeSet<String> = traced.logs.iter().cloned().collect();
+            if allowed != traced.allowed || observed.logs != traced_logs {
+                return Some(Failure::Mismatch {
+                    judge: "trace:",
+                    packet: *packet,
+                    expected: traced,
+                    observed,
                 });
             }
         }
@@ -395,6 +414,44 @@ impl Transition {
             )
         }
     }
+}
+
+/// What `nodeport-guard trace` says about each packet, run as the library on
+/// the guard's config and policy files, for the node as the lab builds it
+/// (node `node1`, the implicit host endpoint; the probes arrive from the
+/// client, never from one of the node's own addresses).
+fn traced_verdicts(guard: &Guard<'_>, packets: &[Packet]) -> Vec<reference::Verdict> {
+    use nodeport_guard::trace::{ConnState, Outcome, Travel};
+    let mut sources = nodeport_guard::source::Sources::default();
+    let (config, problems) = nodeport_guard::config::load(&guard.config_path(), &mut sources);
+    assert!(problems.is_empty(), "the case's config: {problems:?}");
+    let set = nodeport_guard::policy_set::load(&[guard.policies_dir()]);
+    assert!(set.is_valid(), "the case's policies: {:?}", set.diagnostics);
+    let host = nodeport_guard::facts::HostFacts::minimal(reference::NODE_NAME);
+    packets
+        .iter()
+        .map(|p| {
+            let packet = nodeport_guard::trace::Packet {
+                src: p.src,
+                dst: p.dst,
+                protocol: p.proto,
+                sport: Some(p.sport),
+                dport: Some(p.dport),
+                icmp_type: None,
+                icmp_code: None,
+                in_interface: None,
+                out_interface: None,
+                travel: Travel::Inbound,
+                state: ConnState::New,
+            };
+            let traced = nodeport_guard::trace::trace(&set.model, &config, &host, &packet);
+            reference::Verdict {
+                allowed: traced.verdict.outcome != Outcome::Dropped,
+                logs: traced.logs.into_iter().map(|l| l.prefix).collect(),
+                reason: traced.verdict.reason,
+            }
+        })
+        .collect()
 }
 
 /// Sends `packet` from the client and returns the answer.
@@ -531,7 +588,7 @@ fn differential(backend: Backend, native_nftables: bool) {
     let _ = std::io::Write::write_all(
         &mut std::io::stderr(),
         format!(
-            "{name}: {} cases, {} probes ({} dropped, {} logged), {} applies agreed with the reference in {:.1} s (seed {:#x})\n",
+            "{name}: {} cases, {} probes ({} dropped, {} logged), {} applies agreed with the reference and the trace in {:.1} s (seed {:#x})\n",
             settings.cases,
             run.probes,
             run.drops,

@@ -19,6 +19,7 @@ pub mod rollback;
 pub mod run;
 pub mod schema;
 pub mod status;
+pub mod trace;
 pub mod validate;
 
 #[cfg(test)]
@@ -85,6 +86,7 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
         } => with_settings(global, |s| {
             status::run(&s, local, *json, *detailed_exitcode)
         }),
+        Command::Trace(args) => with_settings(global, |s| trace::run(&s, args)),
         Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
     }
 }

@@ -44,10 +44,11 @@ pub fn endpoints_of_host(model: &Model, config: &Config, host: &HostFacts) -> Ve
 
 /// One endpoint bound to the interface(s) it stands for, with the policies that apply to it.
 #[derive(Debug)]
-pub(super) struct Binding<'m> {
+pub struct Binding<'m> {
     /// The interface; `None` is every interface without an endpoint of its own.
-    pub(super) interface: Option<String>,
-    pub(super) endpoint: HostEndpoint,
+    pub interface: Option<String>,
+    /// The endpoint.
+    pub endpoint: HostEndpoint,
     untracked_in: Vec<&'m Policy>,
     untracked_out: Vec<&'m Policy>,
     pre_dnat_in: Vec<&'m Policy>,
@@ -58,7 +59,8 @@ pub(super) struct Binding<'m> {
 }
 
 impl Binding<'_> {
-    pub(super) fn describe(&self) -> String {
+    /// The endpoint and its interface, in words.
+    pub fn describe(&self) -> String {
         let which = match &self.endpoint.origin {
             None => "the implicit host endpoint".to_owned(),
             Some(_) => format!("host endpoint `{}`", self.endpoint.name),
@@ -81,7 +83,7 @@ fn is_safe_interface_name(name: &str) -> bool {
 
 /// The endpoints of this host bound to their interfaces: one binding per interface with an
 /// endpoint of its own, then the `*` endpoint's, if any.
-pub(super) fn bind<'m>(
+pub fn bind<'m>(
     model: &'m Model,
     endpoints: Vec<HostEndpoint>,
     host: &HostFacts,
@@ -248,7 +250,7 @@ fn new_binding(model: &Model, interface: Option<String>, endpoint: HostEndpoint)
 }
 
 /// A warning about one endpoint, pointing at its file when it has one.
-pub(super) fn endpoint_warning(endpoint: &HostEndpoint, message: String) -> Diagnostic {
+pub(crate) fn endpoint_warning(endpoint: &HostEndpoint, message: String) -> Diagnostic {
     match endpoint.origin {
         Some(origin) => Diagnostic::warning(origin.file, origin.span, message),
         None => Diagnostic::global_warning(message),
@@ -257,18 +259,26 @@ pub(super) fn endpoint_warning(endpoint: &HostEndpoint, message: String) -> Diag
 
 /// The kinds of traffic an endpoint chain judges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Path {
+pub enum Path {
+    /// Untracked (doNotTrack) ingress policy, raw PREROUTING.
     UntrackedIn,
+    /// Untracked egress policy, raw OUTPUT.
     UntrackedOut,
+    /// Pre-DNAT policy, mangle PREROUTING.
     PreDnatIn,
+    /// Normal ingress policy, filter INPUT.
     NormalIn,
+    /// Normal egress policy, filter OUTPUT.
     NormalOut,
+    /// Normal ingress policy with applyOnForward, filter FORWARD (by the input interface).
     ForwardIn,
+    /// Normal egress policy with applyOnForward, filter FORWARD (by the output interface).
     ForwardOut,
 }
 
 impl Path {
-    pub(super) fn table(self) -> Table {
+    /// The table the path's chains live in.
+    pub fn table(self) -> Table {
         match self {
             Path::UntrackedIn | Path::UntrackedOut => Table::Raw,
             Path::PreDnatIn => Table::Mangle,
@@ -276,7 +286,8 @@ impl Path {
         }
     }
 
-    pub(super) fn direction(self) -> Direction {
+    /// The direction its policies' rules come from.
+    pub fn direction(self) -> Direction {
         match self {
             Path::UntrackedIn | Path::PreDnatIn | Path::NormalIn | Path::ForwardIn => {
                 Direction::Ingress
@@ -285,7 +296,8 @@ impl Path {
         }
     }
 
-    pub(super) fn chain_kind(self) -> EndpointChainKind {
+    /// The kind of endpoint chain it uses.
+    pub fn chain_kind(self) -> EndpointChainKind {
         match self {
             Path::UntrackedIn | Path::PreDnatIn | Path::NormalIn => EndpointChainKind::FromHost,
             Path::UntrackedOut | Path::NormalOut => EndpointChainKind::ToHost,
@@ -294,7 +306,8 @@ impl Path {
         }
     }
 
-    pub(super) fn dispatch_chain(self) -> &'static str {
+    /// Its dispatch chain.
+    pub fn dispatch_chain(self) -> &'static str {
         match self.chain_kind() {
             EndpointChainKind::FromHost => "npg-from-host-endpoint",
             EndpointChainKind::ToHost => "npg-to-host-endpoint",
@@ -303,7 +316,8 @@ impl Path {
         }
     }
 
-    pub(super) fn policies<'b, 'm>(self, binding: &'b Binding<'m>) -> &'b [&'m Policy] {
+    /// The policies of `binding` on this path, in evaluation order.
+    pub fn policies<'b, 'm>(self, binding: &'b Binding<'m>) -> &'b [&'m Policy] {
         match self {
             Path::UntrackedIn => &binding.untracked_in,
             Path::UntrackedOut => &binding.untracked_out,
@@ -318,12 +332,13 @@ impl Path {
     /// Whether this endpoint needs a chain on this path: policies apply, or (for the host's
     /// own traffic) the endpoint has no allow-all profile, so Calico's default deny applies
     /// even without policy.
-    pub(super) fn needed(self, binding: &Binding<'_>) -> bool {
+    pub fn needed(self, binding: &Binding<'_>) -> bool {
         !self.policies(binding).is_empty()
             || (matches!(self, Path::NormalIn | Path::NormalOut) && !binding.endpoint.default_allow)
     }
 
-    pub(super) const ALL: [Path; 7] = [
+    /// Every path, in the order the compiler builds them.
+    pub const ALL: [Path; 7] = [
         Path::UntrackedIn,
         Path::UntrackedOut,
         Path::PreDnatIn,
@@ -335,7 +350,7 @@ impl Path {
 }
 
 /// Warns about every policy that selects no endpoint of this host.
-pub(super) fn policy_warnings(
+pub(crate) fn policy_warnings(
     model: &Model,
     bindings: &[Binding<'_>],
     host: &HostFacts,
@@ -366,7 +381,7 @@ pub(super) fn policy_warnings(
 
 /// Tells the operator, for each binding and direction of the host's own traffic, that it is
 /// default-deny and which failsafe ports stay open.
-pub(super) fn default_deny_warnings(
+pub(crate) fn default_deny_warnings(
     bindings: &[Binding<'_>],
     config: &Config,
     warnings: &mut Vec<Diagnostic>,

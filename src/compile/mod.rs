@@ -27,7 +27,7 @@
 //! chains (`dispatch.go`, `static.go`); `endpoints` one endpoint's chain (`endpoints.go`);
 //! `policy` one policy's chain (`policy.go`); [`rules`] one policy rule's kernel rules.
 
-mod binding;
+pub mod binding;
 mod dispatch;
 mod endpoints;
 pub mod names;

@@ -1,0 +1,254 @@
+//! `trace`: one packet through the policies, worked out without the kernel (`crate::trace`).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::{TraceArgs, TraceDirection, TraceState};
+use crate::diagnostic;
+use crate::model::{IpFamily, Protocol};
+use crate::policy_set;
+use crate::settings::Settings;
+use crate::system::host::host_facts;
+use crate::trace::{self, ConnState, Outcome, Packet, Trace, Travel};
+
+/// The source port assumed when none is given.
+pub const DEFAULT_SOURCE_PORT: u16 = 49152;
+
+/// `trace`. Exit 0 with the trace, 1 on invalid policy files or an impossible packet.
+pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
+    let (packet, notes) = match packet(args) {
+        Ok(packet) => packet,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let policies = &settings.config.policies_dir;
+    if !policies.is_dir() {
+        eprintln!(
+            "error: the policy directory `{}` does not exist or is not a directory",
+            policies.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    let set = policy_set::load_with(std::slice::from_ref(policies), settings.load);
+    if !set.is_valid() {
+        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        return Ok(ExitCode::from(1));
+    }
+    let facts = host_facts(&settings.config);
+    let mut traced = trace::trace(&set.model, &settings.config, &facts, &packet);
+    traced.notes.splice(0..0, notes);
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&traced).context("cannot encode the trace")?;
+        text.push('\n');
+        text
+    } else {
+        describe(&traced)
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The packet the arguments describe, with notes on what was assumed; an error in words when
+/// it cannot exist.
+pub fn packet(args: &TraceArgs) -> Result<(Packet, Vec<String>), String> {
+    let family = IpFamily::of_addr(&args.src);
+    if IpFamily::of_addr(&args.dst) != family {
+        return Err(format!(
+            "--src {} and --dst {} are of different families",
+            args.src, args.dst
+        ));
+    }
+    let protocol = match &args.proto {
+        Some(name) => parse_protocol(name)?,
+        None if args.icmp_type.is_some() => match family {
+            IpFamily::V4 => Protocol::Icmp,
+            IpFamily::V6 => Protocol::Icmpv6,
+        },
+        None => Protocol::Tcp,
+    };
+    if let Some(only) = protocol.family()
+        && only != family
+    {
+        return Err(format!("{protocol} does not exist in {family}"));
+    }
+    let with_ports = protocol.has_ports() || protocol == Protocol::UdpLite;
+    if !with_ports && (args.sport.is_some() || args.dport.is_some()) {
+        return Err(format!(
+            "{protocol} has no ports: leave out --sport and --dport"
+        ));
+    }
+    let icmp = matches!(protocol, Protocol::Icmp | Protocol::Icmpv6);
+    if !icmp && args.icmp_type.is_some() {
+        return Err(format!(
+            "--icmp-type needs --proto icmp or icmpv6, not {protocol}"
+        ));
+    }
+    let mut notes = Vec::new();
+    let sport = match (with_ports, args.sport) {
+        (true, None) => {
+            notes.push(format!(
+                "source port {DEFAULT_SOURCE_PORT} assumed (--sport to change it)"
+            ));
+            Some(DEFAULT_SOURCE_PORT)
+        }
+        (_, sport) => sport,
+    };
+    if with_ports && args.dport.is_none() {
+        notes.push("no destination port given: rules on destination ports do not match".into());
+    }
+    let travel = match args.direction {
+        TraceDirection::Inbound => Travel::Inbound,
+        TraceDirection::Forward => Travel::Forward,
+        TraceDirection::Outbound => Travel::Outbound,
+    };
+    let (in_interface, out_interface) = match travel {
+        Travel::Inbound => (args.iface.clone(), None),
+        Travel::Forward => (args.iface.clone(), args.out_iface.clone()),
+        Travel::Outbound => (None, args.iface.clone()),
+    };
+    if args.out_iface.is_some() && travel != Travel::Forward {
+        return Err("--out-iface is for --direction forward; use --iface".into());
+    }
+    let state = match args.state {
+        TraceState::New => ConnState::New,
+        TraceState::Established => ConnState::Established,
+        TraceState::Related => ConnState::Related,
+        TraceState::Invalid => ConnState::Invalid,
+    };
+    let packet = Packet {
+        src: args.src,
+        dst: args.dst,
+        protocol: protocol.number(),
+        sport,
+        dport: args.dport,
+        icmp_type: args.icmp_type,
+        icmp_code: args.icmp_code,
+        in_interface,
+        out_interface,
+        travel,
+        state,
+    };
+    Ok((packet, notes))
+}
+
+/// A protocol by name (any case) or number.
+fn parse_protocol(text: &str) -> Result<Protocol, String> {
+    let protocol = match text.to_ascii_lowercase().as_str() {
+        "tcp" => Protocol::Tcp,
+        "udp" => Protocol::Udp,
+        "sctp" => Protocol::Sctp,
+        "udplite" | "udp-lite" => Protocol::UdpLite,
+        "icmp" => Protocol::Icmp,
+        "icmpv6" | "icmp6" | "ipv6-icmp" => Protocol::Icmpv6,
+        other => match other.parse::<u8>() {
+            Ok(number) if number > 0 => Protocol::from_number(number),
+            _ => {
+                return Err(format!(
+                    "--proto `{}`: write tcp, udp, sctp, udplite, icmp, icmpv6 or a number 1-255",
+                    text.escape_debug()
+                ));
+            }
+        },
+    };
+    Ok(protocol)
+}
+
+/// The trace in words.
+pub fn describe(traced: &Trace) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "packet: {}", packet_words(&traced.packet));
+    for note in &traced.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    for stage in &traced.stages {
+        let _ = writeln!(out, "\n{} {} ({}):", stage.table, stage.hook, stage.judges);
+        for step in &stage.steps {
+            let indent = "  ".repeat(step.depth + 1);
+            let mut line = format!("{indent}{}", step.text);
+            if !step.marks.is_empty() {
+                let _ = write!(line, "; sets {}", step.marks.join(", "));
+            }
+            if let (Some(prefix), Some(group)) = (&step.nflog_prefix, step.nflog_group) {
+                let _ = write!(line, "; logs {prefix} to NFLOG group {group}");
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if traced.stages.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nno chain of nodeport-guard sees this packet (no policy applies on its path)"
+        );
+    }
+    let verdict = &traced.verdict;
+    let word = match verdict.outcome {
+        Outcome::Dropped => "DROPPED",
+        Outcome::Allowed => "ALLOWED",
+        Outcome::NotOurs => "NOT OURS TO DECIDE",
+    };
+    let at = verdict
+        .at
+        .as_deref()
+        .map(|at| format!(" (in {at})"))
+        .unwrap_or_default();
+    let _ = writeln!(out, "\nverdict: {word}: {}{at}", verdict.reason);
+    if verdict.outcome != Outcome::Dropped {
+        let _ = writeln!(
+            out,
+            "         nodeport-guard never accepts: other rules of the kernel (docker's, kube-proxy's, yours) still apply"
+        );
+    }
+    out
+}
+
+fn packet_words(packet: &Packet) -> String {
+    let protocol = Protocol::from_number(packet.protocol)
+        .to_string()
+        .to_lowercase();
+    let end = |ip: std::net::IpAddr, port: Option<u16>| match port {
+        Some(port) => std::net::SocketAddr::new(ip, port).to_string(),
+        None => ip.to_string(),
+    };
+    let mut text = format!(
+        "{protocol} {} → {}",
+        end(packet.src, packet.sport),
+        end(packet.dst, packet.dport)
+    );
+    if let Some(icmp_type) = packet.icmp_type {
+        let _ = write!(text, " type {icmp_type}");
+        if let Some(code) = packet.icmp_code {
+            let _ = write!(text, " code {code}");
+        }
+    }
+    let state = match packet.state {
+        ConnState::New => "new",
+        ConnState::Established => "established",
+        ConnState::Related => "related",
+        ConnState::Invalid => "invalid",
+    };
+    let _ = write!(text, ", {state}");
+    let iface = |name: &Option<String>| name.clone().unwrap_or_else(|| "any interface".into());
+    let _ = match packet.travel {
+        Travel::Inbound => write!(text, ", arriving on {}", iface(&packet.in_interface)),
+        Travel::Forward => write!(
+            text,
+            ", forwarded from {} to {}",
+            iface(&packet.in_interface),
+            iface(&packet.out_interface)
+        ),
+        Travel::Outbound => write!(
+            text,
+            ", sent by this host via {}",
+            iface(&packet.out_interface)
+        ),
+    };
+    text
+}

@@ -1,0 +1,275 @@
+//! The evaluator on policies written as users write them (YAML, through the loader and the
+//! validator), one behaviour per test. Agreement with the kernel is the differential kernel
+//! test's job; these pin the words and the paths.
+
+use std::net::IpAddr;
+
+use super::*;
+use crate::fixtures::golden_host;
+use crate::policy_set;
+
+/// The policies in `yaml`, validated (panics on invalid input: the tests' input is valid).
+fn model(yaml: &str) -> Model {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("policies.yaml"), yaml).expect("write");
+    let set = policy_set::load(&[dir.path().to_path_buf()]);
+    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    set.model
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("address")
+}
+
+fn tcp(src: &str, dport: u16) -> Packet {
+    Packet {
+        src: ip(src),
+        dst: ip("198.51.100.1"),
+        protocol: 6,
+        sport: Some(40000),
+        dport: Some(dport),
+        icmp_type: None,
+        icmp_code: None,
+        in_interface: Some("eth0".into()),
+        out_interface: None,
+        travel: Travel::Inbound,
+        state: ConnState::New,
+    }
+}
+
+fn run(yaml: &str, packet: &Packet) -> Trace {
+    run_with(yaml, &Config::default(), packet)
+}
+
+fn run_with(yaml: &str, config: &Config, packet: &Packet) -> Trace {
+    trace(&model(yaml), config, &golden_host(), packet)
+}
+
+const WHITELIST: &str = r"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: nodeport-whitelist}
+spec:
+  order: 10
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      source: {nets: [203.0.113.0/28]}
+    - action: Deny
+      protocol: TCP
+      destination: {ports: [30008]}
+";
+
+#[test]
+fn a_source_outside_the_whitelist_is_dropped_by_the_deny_rule_and_logged() {
+    let traced = run(WHITELIST, &tcp("192.0.2.50", 30008));
+    assert_eq!(traced.verdict.outcome, Outcome::Dropped);
+    assert_eq!(traced.verdict.policy.as_deref(), Some("nodeport-whitelist"));
+    assert_eq!(traced.verdict.rule, Some(1));
+    assert_eq!(traced.verdict.at.as_deref(), Some("mangle PREROUTING"));
+    assert_eq!(
+        traced.logs,
+        vec![Logged {
+            group: 1,
+            prefix: "DPI1|nodeport-whitelist".into()
+        }]
+    );
+}
+
+#[test]
+fn a_whitelisted_source_is_allowed_with_the_accept_mark_and_nothing_logged() {
+    let traced = run(WHITELIST, &tcp("203.0.113.5", 30008));
+    assert_eq!(traced.verdict.outcome, Outcome::Allowed);
+    assert_eq!(traced.verdict.rule, Some(0));
+    assert!(traced.logs.is_empty());
+    let rule_step = traced.stages[0]
+        .steps
+        .iter()
+        .find(|step| step.kind == "rule")
+        .expect("a rule step");
+    assert_eq!(rule_step.marks, vec!["accept=0x10000".to_owned()]);
+}
+
+#[test]
+fn ports_the_policy_does_not_name_are_not_ours_to_decide() {
+    let traced = run(WHITELIST, &tcp("192.0.2.50", 8080));
+    assert_eq!(traced.verdict.outcome, Outcome::NotOurs);
+    assert!(traced.logs.is_empty());
+}
+
+#[test]
+fn failsafe_ports_come_before_any_policy() {
+    let traced = run(WHITELIST, &tcp("192.0.2.50", 22));
+    assert_eq!(traced.verdict.outcome, Outcome::Allowed);
+    assert!(
+        traced.verdict.reason.contains("failsafe"),
+        "{:?}",
+        traced.verdict
+    );
+}
+
+#[test]
+fn established_connections_and_the_host_itself_are_never_judged() {
+    let mut packet = tcp("192.0.2.50", 30008);
+    packet.state = ConnState::Established;
+    assert_eq!(run(WHITELIST, &packet).verdict.outcome, Outcome::NotOurs);
+
+    let mut packet = tcp("198.51.100.1", 30008);
+    packet.dst = ip("198.51.100.1");
+    let traced = run(WHITELIST, &packet);
+    assert_eq!(traced.verdict.outcome, Outcome::NotOurs);
+    assert!(traced.stages[0].steps[0].kind == "hostToItself");
+}
+
+#[test]
+fn the_other_family_is_not_judged_by_a_rule_of_one_family() {
+    let mut packet = tcp("2001:db8:9::1", 30008);
+    packet.dst = ip("2001:db8:1::1");
+    // The Allow rule is IPv4 only; the Deny rule exists in both families.
+    let traced = run(WHITELIST, &packet);
+    assert_eq!(traced.verdict.outcome, Outcome::Dropped);
+    assert_eq!(traced.verdict.rule, Some(1));
+}
+
+const TIERED: &str = r"
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: security}
+spec: {order: 100}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: security.blocklist}
+spec:
+  tier: security
+  selector: all()
+  types: [Ingress]
+  ingress:
+    - action: Deny
+      source: {nets: [192.0.2.0/28]}
+    - action: Pass
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec:
+  selector: all()
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      protocol: TCP
+      destination: {ports: [443]}
+";
+
+#[test]
+fn pass_ends_the_tier_and_the_next_tier_decides_normal_policy_ends_in_a_drop() {
+    let allowed = run(TIERED, &tcp("198.51.100.50", 443));
+    assert_eq!(allowed.verdict.outcome, Outcome::Allowed);
+    assert_eq!(allowed.verdict.policy.as_deref(), Some("web"));
+    assert_eq!(allowed.verdict.at.as_deref(), Some("filter INPUT"));
+
+    let blocked = run(TIERED, &tcp("192.0.2.5", 443));
+    assert_eq!(
+        blocked.verdict.policy.as_deref(),
+        Some("security.blocklist")
+    );
+    assert_eq!(blocked.verdict.outcome, Outcome::Dropped);
+
+    // Port 80: passed by the security tier, then nothing in `default` allows it: the end of
+    // tier `default` drops and logs.
+    let end = run(TIERED, &tcp("198.51.100.50", 80));
+    assert_eq!(end.verdict.outcome, Outcome::Dropped);
+    assert_eq!(end.verdict.tier.as_deref(), Some("default"));
+    assert_eq!(end.verdict.nflog_prefix.as_deref(), Some("DPI|default"));
+}
+
+#[test]
+fn a_tier_that_nothing_passes_drops_at_its_own_end() {
+    let yaml = TIERED.replace("    - action: Pass\n", "");
+    let traced = run(&yaml, &tcp("198.51.100.50", 443));
+    assert_eq!(traced.verdict.outcome, Outcome::Dropped);
+    assert_eq!(traced.verdict.nflog_prefix.as_deref(), Some("DPI|security"));
+}
+
+#[test]
+fn log_rules_log_and_go_on_and_log_actions_decide_what_else_logs() {
+    let yaml = WHITELIST.replace(
+        "    - action: Allow\n",
+        "    - action: Log\n      protocol: TCP\n    - action: Allow\n",
+    );
+    let mut config = Config::default();
+    config.log_actions.insert(model::Action::Allow);
+    let traced = run_with(&yaml, &config, &tcp("203.0.113.5", 30008));
+    assert_eq!(traced.verdict.outcome, Outcome::Allowed);
+    let prefixes: Vec<&str> = traced.logs.iter().map(|l| l.prefix.as_str()).collect();
+    assert_eq!(
+        prefixes,
+        vec!["LPI0|nodeport-whitelist", "API1|nodeport-whitelist"]
+    );
+}
+
+const EXPLICIT_ENDPOINT: &str = r"
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: node1-eth0, labels: {role: edge}}
+spec:
+  node: node1
+  interfaceName: eth0
+  expectedIPs: [198.51.100.1]
+  ports:
+    - {name: web, port: 8443, protocol: TCP}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: edge-web}
+spec:
+  selector: role == 'edge'
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      protocol: TCP
+      destination: {ports: [web]}
+";
+
+#[test]
+fn an_explicit_endpoint_has_no_profile_and_named_ports_resolve_to_its_ports() {
+    let allowed = run(EXPLICIT_ENDPOINT, &tcp("192.0.2.9", 8443));
+    assert_eq!(allowed.verdict.outcome, Outcome::Allowed, "{allowed:#?}");
+    let dropped = run(EXPLICIT_ENDPOINT, &tcp("192.0.2.9", 8080));
+    assert_eq!(dropped.verdict.outcome, Outcome::Dropped);
+    assert_eq!(dropped.verdict.nflog_prefix.as_deref(), Some("DPI|default"));
+    // Another interface has no endpoint here: nothing of ours judges it.
+    let mut other = tcp("192.0.2.9", 8080);
+    other.in_interface = Some("eth1".into());
+    assert_eq!(
+        run(EXPLICIT_ENDPOINT, &other).verdict.outcome,
+        Outcome::NotOurs
+    );
+}
+
+#[test]
+fn a_selector_stands_for_the_nets_of_the_network_sets_it_matches() {
+    let yaml = format!(
+        "{}---\n{}",
+        r"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkSet
+metadata: {name: office, labels: {trusted: 'yes'}}
+spec: {nets: [198.51.100.128/25]}
+",
+        WHITELIST.replace(
+            "source: {nets: [203.0.113.0/28]}",
+            "source: {selector: trusted == 'yes'}"
+        )
+    );
+    assert_eq!(
+        run(&yaml, &tcp("198.51.100.200", 30008)).verdict.outcome,
+        Outcome::Allowed
+    );
+    assert_eq!(
+        run(&yaml, &tcp("198.51.100.20", 30008)).verdict.outcome,
+        Outcome::Dropped
+    );
+}
