@@ -35,6 +35,19 @@ pub struct AppliedIndex {
     /// [`State::identity`] of what was applied, to tell later whether the kernel still holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_identity: Option<String>,
+    /// The policy files it was compiled from, as they were read: what `plan` compares a change
+    /// with to say which sources it cuts off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_files: Vec<PolicyFile>,
+}
+
+/// One policy file as it was applied.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PolicyFile {
+    /// Its path.
+    pub path: std::path::PathBuf,
+    /// Its text.
+    pub text: String,
 }
 
 impl AppliedIndex {
@@ -43,6 +56,23 @@ impl AppliedIndex {
         self.desired_identity = Some(desired.identity());
         self
     }
+
+    /// The index, knowing the policy files it was compiled from.
+    pub fn of_policies(mut self, sources: &crate::source::Sources) -> AppliedIndex {
+        self.policy_files = policy_files(sources);
+        self
+    }
+}
+
+/// The files of `sources`, as [`PolicyFile`]s.
+pub fn policy_files(sources: &crate::source::Sources) -> Vec<PolicyFile> {
+    sources
+        .iter()
+        .map(|(_, file)| PolicyFile {
+            path: file.path.clone(),
+            text: file.text.clone(),
+        })
+        .collect()
 }
 
 /// Which kernel rules carry which policy rule's verdict, as `backend` writes `ruleset`;
@@ -70,6 +100,7 @@ pub fn origin_index(
         applied_at,
         origins,
         desired_identity: None,
+        policy_files: Vec::new(),
     }
 }
 

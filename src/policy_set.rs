@@ -62,6 +62,24 @@ pub fn load_cached(
     validated(load::load_paths_cached(paths, options, cache))
 }
 
+/// Validates policy files given as texts (the files an apply recorded), as [`load`] validates
+/// what it reads.
+pub fn from_files(files: &[crate::counters::PolicyFile]) -> PolicySet {
+    let mut loaded = load::Loaded::default();
+    for file in files {
+        let id = loaded.sources.add(crate::source::SourceFile::new(
+            &file.path,
+            file.text.clone(),
+        ));
+        let (resources, diagnostics) = load::parse_file(id, loaded.sources.get(id));
+        loaded
+            .resources
+            .extend(resources.into_iter().map(|resource| (id, resource)));
+        loaded.diagnostics.extend(diagnostics);
+    }
+    validated(loaded)
+}
+
 /// Validates what was read into a policy set.
 fn validated(loaded: load::Loaded) -> PolicySet {
     let (model, mut diagnostics) = validate::validate(&loaded.sources, &loaded.resources);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::output::{ask, print_plan};
+use super::output::{ask, print_cuts, print_plan};
 use super::plan::{SavedPlan, prepare, prepare_observing};
 use crate::counters::AppliedIndex;
 use crate::dataplane::{Backend, Dataplane, Runner};
@@ -62,6 +62,7 @@ pub fn run(
     // a failure is reported where it always was, after the policies' diagnostics.
     let lock = state_dir.lock("nodeport-guard apply", false);
     let mut observed_early = None;
+    let mut cut_off = None;
     let target = match plan_file {
         Some(path) => saved_target(settings, path)?,
         None => {
@@ -76,6 +77,7 @@ pub fn run(
             let Some(prepared) = prepared else {
                 return Ok(ExitCode::from(1));
             };
+            cut_off = prepared.cut_off(settings);
             Target {
                 backend: prepared.backend,
                 families: prepared.compiled.ruleset.ip_families(),
@@ -114,6 +116,9 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     print_plan(&changes);
+    if let Some(impact) = &cut_off {
+        print_cuts(impact);
+    }
     if !ask("Apply these changes?", yes)? {
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));

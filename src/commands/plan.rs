@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::output::print_plan;
+use super::output::{print_cuts, print_plan};
 use crate::compile::Compiled;
 use crate::counters::{self, AppliedIndex};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
@@ -18,7 +18,8 @@ use crate::policy_set;
 use crate::settings::Settings;
 use crate::state::State;
 use crate::system::host::host_facts;
-use crate::system::runtime::now_seconds;
+use crate::system::runtime::{StateDir, now_seconds};
+use crate::trace::impact::{self, Impact};
 
 /// A plan saved by `plan --out`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -52,13 +53,43 @@ pub struct Prepared {
     pub backend: &'static dyn Backend,
     /// The state the backend writes for them.
     pub desired: State,
+    /// The validated policies (for what a change cuts off).
+    pub model: crate::model::Model,
+    /// The policy files, as read.
+    pub policy_files: Vec<crate::counters::PolicyFile>,
+    /// The host they were compiled for.
+    pub facts: HostFacts,
+}
+
+impl Prepared {
+    /// The new connections the policies last applied let through and these would drop,
+    /// among the sources and ports either names; `None` when no apply recorded its policies
+    /// (or they are the same files).
+    pub fn cut_off(&self, settings: &Settings) -> Option<Impact> {
+        let applied = StateDir::new(&settings.state_dir).applied().ok()??;
+        if applied.policy_files.is_empty() || applied.policy_files == self.policy_files {
+            return None;
+        }
+        let before = policy_set::from_files(&applied.policy_files);
+        if !before.is_valid() {
+            return None;
+        }
+        Some(impact::cuts(
+            &before.model,
+            &self.model,
+            &settings.config,
+            &self.facts,
+        ))
+    }
 }
 
 impl Prepared {
     /// Which kernel rules carry which policy rule's verdict.
     pub fn index(&self) -> AppliedIndex {
-        counters::origin_index(&self.compiled.ruleset, self.backend, now_seconds())
-            .of_desired(&self.desired)
+        let mut index = counters::origin_index(&self.compiled.ruleset, self.backend, now_seconds())
+            .of_desired(&self.desired);
+        index.policy_files = self.policy_files.clone();
+        index
     }
 }
 
@@ -74,6 +105,9 @@ fn prepare_for(
         policies_fingerprint: set.fingerprint,
         backend,
         desired,
+        policy_files: counters::policy_files(&set.sources),
+        model: set.model,
+        facts: facts.clone(),
     })
 }
 
@@ -119,6 +153,7 @@ pub fn run(
     };
     let observed = observed?;
     let changes = plan::plan(&prepared.desired, &observed);
+    let cut_off = prepared.cut_off(settings);
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -131,6 +166,7 @@ pub fn run(
             "summary": changes.summary(),
             "changes": !changes.is_empty(),
             "warnings": warnings,
+            "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
             "plan": changes,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -138,6 +174,9 @@ pub fn run(
         println!("No changes: the kernel holds exactly what the policies say.");
     } else {
         print_plan(&changes);
+        if let Some(impact) = &cut_off {
+            print_cuts(impact);
+        }
     }
     if let Some(path) = out {
         let saved = SavedPlan {

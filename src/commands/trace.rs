@@ -12,10 +12,7 @@ use crate::model::{IpFamily, Protocol};
 use crate::policy_set;
 use crate::settings::Settings;
 use crate::system::host::host_facts;
-use crate::trace::{self, ConnState, Outcome, Packet, Trace, Travel};
-
-/// The source port assumed when none is given.
-pub const DEFAULT_SOURCE_PORT: u16 = 49152;
+use crate::trace::{self, ConnState, DEFAULT_SOURCE_PORT, Outcome, Packet, Trace, Travel};
 
 /// `trace`. Exit 0 with the trace, 1 on invalid policy files or an impossible packet.
 pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {

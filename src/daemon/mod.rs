@@ -373,7 +373,8 @@ impl Daemon {
                     self.state_dir_result(recorded);
                 }
                 let index = counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
-                    .of_desired(&desired);
+                    .of_desired(&desired)
+                    .of_policies(&set.sources);
                 let recorded = self.state_dir.set_applied(&index);
                 self.state_dir_result(recorded);
                 self.summary = applied_summary(set.model.policies().len(), self.backend, changed);

@@ -13,6 +13,7 @@
 //! kernel test (`tests/kernel_differential.rs`) checks that its verdicts and logs agree with
 //! the kernel's.
 
+pub mod impact;
 mod matching;
 mod report;
 
@@ -27,6 +28,9 @@ use crate::model::{self, Direction, IpFamily, Model, Policy, TierAction};
 
 pub use matching::{rule_matches, selected};
 pub use report::{ConnState, Logged, Outcome, Packet, Stage, Step, Trace, Travel, Verdict};
+
+/// The source port assumed when none is given.
+pub const DEFAULT_SOURCE_PORT: u16 = 49152;
 
 /// Traces `packet` through the rules compiled from `model` for this host.
 pub fn trace(model: &Model, config: &Config, host: &HostFacts, packet: &Packet) -> Trace {

@@ -273,3 +273,17 @@ spec: {nets: [198.51.100.128/25]}
         Outcome::Dropped
     );
 }
+
+#[test]
+fn a_change_names_the_sources_it_cuts_off_and_not_those_it_lets_in() {
+    let before = model(WHITELIST);
+    let after = model(&WHITELIST.replace("203.0.113.0/28", "203.0.113.16/28"));
+    let impact = impact::cuts(&before, &after, &Config::default(), &golden_host());
+    let cut: Vec<(IpAddr, u16)> = impact.cuts.iter().map(|c| (c.src, c.dport)).collect();
+    // 203.0.113.1 (the first address of the old net) loses port 30008; 203.0.113.17 gains it.
+    assert_eq!(cut, vec![(ip("203.0.113.1"), 30008)]);
+    assert_eq!(impact.cuts[0].dropped_by.rule, Some(1));
+    assert!(impact.checked >= 2, "{impact:?}");
+    let unchanged = impact::cuts(&before, &before, &Config::default(), &golden_host());
+    assert!(unchanged.cuts.is_empty());
+}

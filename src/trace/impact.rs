@@ -1,0 +1,164 @@
+//! Which sources a change of policies cuts off: the same packets traced through the policies
+//! before and after, for the sources and ports the policies name. `plan` says so in words
+//! before anyone applies the change.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::{ConnState, Outcome, Packet, Travel, Verdict, trace};
+use crate::compile::binding;
+use crate::config::Config;
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model, Port};
+
+/// Most sources tried (the first of each net the policies name).
+pub const MAX_SOURCES: usize = 256;
+
+/// Most destination ports tried.
+pub const MAX_PORTS: usize = 64;
+
+/// A connection that gets through before the change and is dropped after it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cut {
+    /// The source.
+    pub src: IpAddr,
+    /// The destination (one of this host's addresses).
+    pub dst: IpAddr,
+    /// The protocol number.
+    pub protocol: u8,
+    /// The destination port.
+    pub dport: u16,
+    /// The interface it arrives on (`None`: one without an endpoint of its own).
+    pub interface: Option<String>,
+    /// What drops it after the change.
+    pub dropped_by: Verdict,
+}
+
+/// What a change does to the sources the policies name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Impact {
+    /// The connections cut off.
+    pub cuts: Vec<Cut>,
+    /// How many packets were traced through both.
+    pub checked: usize,
+}
+
+/// The new connections that `before` lets through and `after` drops, among those from the
+/// sources and to the ports either names, arriving at this host.
+pub fn cuts(before: &Model, after: &Model, config: &Config, host: &HostFacts) -> Impact {
+    let sources = named_sources(&[before, after]);
+    let ports = named_ports(&[before, after]);
+    let interfaces = bound_interfaces(&[before, after], config, host);
+    let own = host.own_addresses(&config.host_interface_exclude);
+    let mut impact = Impact::default();
+    for src in sources {
+        let family = IpFamily::of_addr(&src);
+        let Some(dst) = own.iter().find(|a| IpFamily::of_addr(a) == family).copied() else {
+            continue;
+        };
+        for &(protocol, dport) in &ports {
+            for interface in &interfaces {
+                let packet = Packet {
+                    src,
+                    dst,
+                    protocol,
+                    sport: Some(super::DEFAULT_SOURCE_PORT),
+                    dport: Some(dport),
+                    icmp_type: None,
+                    icmp_code: None,
+                    in_interface: interface.clone(),
+                    out_interface: None,
+                    travel: Travel::Inbound,
+                    state: ConnState::New,
+                };
+                impact.checked += 1;
+                let was = trace(before, config, host, &packet).verdict;
+                if was.outcome == Outcome::Dropped {
+                    continue;
+                }
+                let now = trace(after, config, host, &packet).verdict;
+                if now.outcome == Outcome::Dropped {
+                    impact.cuts.push(Cut {
+                        src,
+                        dst,
+                        protocol,
+                        dport,
+                        interface: interface.clone(),
+                        dropped_by: now,
+                    });
+                }
+            }
+        }
+    }
+    impact
+}
+
+/// One address of each net the policies and network sets name (the address itself for a
+/// host route, else the first address after the network's), sorted, at most
+/// [`MAX_SOURCES`].
+fn named_sources(models: &[&Model]) -> Vec<IpAddr> {
+    let mut nets: Vec<IpNet> = Vec::new();
+    for model in models {
+        for policy in model.policies() {
+            for rule in policy.ingress.iter().flatten() {
+                nets.extend(rule.source.nets.iter().chain(&rule.source.not_nets));
+            }
+        }
+        for set in model.network_sets() {
+            nets.extend(&set.nets);
+        }
+    }
+    let mut sources: BTreeSet<IpAddr> = BTreeSet::new();
+    for net in nets {
+        let address = if net.prefix_len() == net.max_prefix_len() {
+            Some(net.addr())
+        } else {
+            net.hosts().next()
+        };
+        sources.extend(address);
+    }
+    sources.into_iter().take(MAX_SOURCES).collect()
+}
+
+/// The destination ports the policies' ingress rules name, with their protocol, sorted, at
+/// most [`MAX_PORTS`].
+fn named_ports(models: &[&Model]) -> Vec<(u8, u16)> {
+    let mut ports: BTreeSet<(u8, u16)> = BTreeSet::new();
+    for model in models {
+        for policy in model.policies() {
+            for rule in policy.ingress.iter().flatten() {
+                let Some(protocol) = rule.protocol else {
+                    continue;
+                };
+                for port in &rule.destination.ports {
+                    match port {
+                        Port::Single(port) => ports.insert((protocol.number(), *port)),
+                        Port::Range(first, _) => ports.insert((protocol.number(), *first)),
+                        Port::Named(_) => false,
+                    };
+                }
+            }
+        }
+    }
+    ports.into_iter().take(MAX_PORTS).collect()
+}
+
+/// Every interface a host endpoint stands for, before or after, and `None` (one without an
+/// endpoint of its own).
+fn bound_interfaces(models: &[&Model], config: &Config, host: &HostFacts) -> Vec<Option<String>> {
+    let mut interfaces: BTreeSet<Option<String>> = BTreeSet::new();
+    interfaces.insert(None);
+    for model in models {
+        let endpoints = binding::endpoints_of_host(model, config, host);
+        let mut warnings = Vec::new();
+        for bound in binding::bind(model, endpoints, host, &mut warnings) {
+            interfaces.insert(bound.interface);
+        }
+    }
+    interfaces.into_iter().collect()
+}
