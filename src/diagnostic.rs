@@ -127,7 +127,13 @@ impl Diagnostic {
             let source = sources.get(file);
             let start = source.line_column(span.start);
             let line_text = source.line_text(start.line);
-            if !line_text.is_empty() {
+            if !source.quotable {
+                let _ = writeln!(
+                    out,
+                    "  = note: the line is not shown: not every user may read `{}`",
+                    source.path.display()
+                );
+            } else if !line_text.is_empty() {
                 let end = source.line_column(span.end.max(span.start));
                 let width = if end.line == start.line {
                     end.column.saturating_sub(start.column).max(1)

@@ -45,6 +45,9 @@ pub struct SourceFile {
     pub text: String,
     /// Byte offset of the start of every line, for offset → line:column.
     line_starts: Vec<usize>,
+    /// Whether diagnostics may quote its lines (a file not every user may read is named by
+    /// position only, so that a message in a log never shows more than its readers could read).
+    pub quotable: bool,
 }
 
 impl SourceFile {
@@ -62,7 +65,14 @@ impl SourceFile {
             path: path.into(),
             text,
             line_starts,
+            quotable: true,
         }
+    }
+
+    /// The file, marked as one whose lines diagnostics must not quote.
+    pub fn unquotable(mut self) -> Self {
+        self.quotable = false;
+        self
     }
 
     /// The 1-based line and column (in characters) of a byte offset. Offsets past the end of the

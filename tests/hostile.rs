@@ -301,3 +301,49 @@ fn a_config_file_others_may_change_is_reported() {
         "{stderr}"
     );
 }
+
+/// A file not every user may read (here a root-only "secret" linked into
+/// the policy directory, as `/etc/shadow` could be) is rejected by position
+/// only: its lines never appear in the message, which may end up in a
+/// journal others read. A world-readable file with the same text gets the
+/// usual code frame.
+#[test]
+fn lines_of_files_others_may_not_read_are_never_quoted() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let secret_dir = tempfile::tempdir().expect("tempdir");
+    let secret = write(
+        secret_dir.path(),
+        "shadow",
+        b"root:$6$TOPSECRETHASH$x:19000:0:99999:7:::\n",
+    );
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let policies = tempfile::tempdir().expect("tempdir");
+    let link = policies.path().join("linked.yaml");
+    std::os::unix::fs::symlink(&secret, &link).expect("symlink");
+
+    let out = run(&["validate", &policies.path().display().to_string()]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("linked.yaml:1:1: error:"),
+        "the position is named: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("TOPSECRET") && !out.stdout.contains("TOPSECRET"),
+        "the file's text leaked: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("not every user may read"),
+        "{}",
+        out.stderr
+    );
+
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let readable = run(&["validate", &policies.path().display().to_string()]);
+    assert!(
+        readable.stderr.contains("TOPSECRET"),
+        "a file everyone may read is quoted: {}",
+        readable.stderr
+    );
+}

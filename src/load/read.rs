@@ -216,7 +216,13 @@ impl Read {
         let loaded = &mut self.loaded;
         match read_source(path) {
             Ok(text) => {
-                let id = loaded.sources.add(SourceFile::new(path, text));
+                let source = SourceFile::new(path, text);
+                let source = if readable_by_everyone(path) {
+                    source
+                } else {
+                    source.unquotable()
+                };
+                let id = loaded.sources.add(source);
                 check_permissions(loaded, path, Some(id), options);
                 let text = &loaded.sources.get(id).text;
                 let (resources, diagnostics) = match self.previous.get(path, text) {
@@ -240,6 +246,13 @@ impl Read {
             }
         }
     }
+}
+
+/// Whether every user may read the file `path` leads to (links followed): diagnostics quote
+/// only the lines of such files.
+fn readable_by_everyone(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.permissions().mode() & 0o004 != 0)
 }
 
 /// Reads one policy file, refusing what is not a regular file (a FIFO, a device, a link to
