@@ -148,6 +148,14 @@ pub enum Command {
     /// Follow one packet through the policies, without the kernel: the host endpoint, failsafe
     /// ports, each tier and policy with the rule that matched, the marks, and the verdict.
     Trace(TraceArgs),
+    /// Cut the established connections the policies deny (their conntrack entries), once; the
+    /// host's own connections, loopback and failsafe ports are never cut. `revokeEstablished:
+    /// true` does this after every change.
+    Revoke {
+        /// Do not ask
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// Remove every chain, jump and set nodeport-guard owns.
     Cleanup {
         /// Do not ask

@@ -133,6 +133,9 @@ pub struct Config {
     pub debounce: Duration,
     /// Whether the daemon may go from some policies to none.
     pub allow_empty: bool,
+    /// Whether an apply or reload that takes reachability away also cuts the established
+    /// connections it now denies (by deleting their conntrack entries).
+    pub revoke_established: bool,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics_address: Option<SocketAddr>,
 }
@@ -156,6 +159,7 @@ impl Default for Config {
             resync_interval: Duration::from_secs(90),
             debounce: Duration::from_millis(200),
             allow_empty: false,
+            revoke_established: false,
             metrics_address: None,
         }
     }
@@ -196,6 +200,9 @@ pub struct RawConfig {
     pub debounce: Option<Sp<String>>,
     /// Allow going from some policies to none.
     pub allow_empty: Option<Sp<bool>>,
+    /// After a change that takes reachability away, cut the established connections it now
+    /// denies (default false: only new connections are judged, as in Calico).
+    pub revoke_established: Option<Sp<bool>>,
     /// `host:port` for Prometheus metrics.
     pub metrics_address: Option<Sp<String>>,
 }
@@ -575,6 +582,9 @@ fn check_daemon(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     }
     if let Some(allow) = &raw.allow_empty {
         config.allow_empty = allow.value;
+    }
+    if let Some(revoke) = &raw.revoke_established {
+        config.revoke_established = revoke.value;
     }
     if let Some(address) = &raw.metrics_address {
         match address.value.parse::<SocketAddr>() {

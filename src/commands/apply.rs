@@ -136,6 +136,12 @@ pub fn run(
         ),
         None => None,
     };
+    // What was applied before, for the connections the change revokes (read before the
+    // record is replaced).
+    let revoke_from = settings
+        .config
+        .revoke_established
+        .then(|| super::plan::applied_model(settings));
     let outcome = match reconcile::apply_against(&dataplane, &target.desired, observed) {
         Ok(outcome) => outcome,
         Err(error) => {
@@ -146,6 +152,9 @@ pub fn run(
     record_applied(&state_dir, &target.index);
     record_change(&state_dir, "apply", &outcome.plan);
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
+    if let Some(before) = revoke_from {
+        revoke_after_apply(settings, runner, before.as_ref(), &target.index);
+    }
     if let Some(pending) = pending
         && let Err(error) = start_watcher(&state_dir, pending)
     {
@@ -182,6 +191,27 @@ pub fn record_change(state_dir: &StateDir, by: &str, plan: &crate::plan::Plan) {
             dir = %state_dir.path().display(),
             "cannot write the state directory, so `status` cannot show the last change: {error:#}"
         );
+    }
+}
+
+/// Cuts the established connections the applied policies deny and the ones before allowed
+/// (`revokeEstablished`), and says so; a failure is reported, the rules stay.
+fn revoke_after_apply(
+    settings: &Settings,
+    runner: &dyn Runner,
+    before: Option<&crate::model::Model>,
+    index: &AppliedIndex,
+) {
+    let after = crate::policy_set::from_files(&index.policy_files);
+    if index.policy_files.is_empty() || !after.is_valid() {
+        return;
+    }
+    let facts = crate::system::host::host_facts(&settings.config);
+    match crate::revocation::revoke(runner, before, &after.model, &settings.config, &facts, true) {
+        Ok(report) => super::output::print_revoked(&report),
+        Err(error) => eprintln!(
+            "warning: established connections were not revoked (the rules are applied): {error}"
+        ),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod generate;
 pub mod output;
 pub mod plan;
 pub mod render;
+pub mod revoke;
 pub mod rollback;
 pub mod run;
 pub mod schema;
@@ -79,6 +80,7 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
             apply::run(&s, local, *yes, *confirm_timeout, plan_file.as_deref())
         }),
         Command::Confirm => with_settings(global, |s| confirm::run(&s)),
+        Command::Revoke { yes } => with_settings(global, |s| revoke::run(&s, local, *yes)),
         Command::Cleanup { yes } => with_settings(global, |s| cleanup::run(&s, local, *yes)),
         Command::Status {
             json,

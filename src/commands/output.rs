@@ -60,6 +60,114 @@ pub fn print_cuts(impact: &Impact) {
     }
 }
 
+/// Says what a revocation cut, to stderr.
+pub fn print_revoked(report: &crate::revocation::Report) {
+    let mut stderr = std::io::stderr().lock();
+    if report.deleted > 0 {
+        let _ = writeln!(
+            stderr,
+            "Cut {} established connection{} the policies now deny:",
+            report.deleted,
+            plural(report.deleted)
+        );
+        for group in report.groups().iter().take(GROUPS_LISTED) {
+            let port = group.dport.map(|p| format!("/{p}")).unwrap_or_default();
+            let _ = writeln!(
+                stderr,
+                "  {} from {} to {}{port}: {}",
+                group.count, group.src, group.protocol, group.verdict.reason
+            );
+        }
+    }
+    for (cut, error) in &report.failed {
+        let _ = writeln!(
+            stderr,
+            "warning: cannot cut the connection from {} to port {:?}: {error}",
+            cut.flow.original.src, cut.flow.original.dport
+        );
+    }
+    if report.truncated {
+        let _ = writeln!(
+            stderr,
+            "warning: the conntrack table was read only in part ({} entries); run `nodeport-guard revoke --yes` to go on",
+            report.examined
+        );
+    }
+}
+
+/// Most groups of established connections listed.
+const GROUPS_LISTED: usize = 10;
+
+/// Says which established connections a change cuts (with `revokeEstablished`) or leaves
+/// running (without), to stderr.
+pub fn print_established(report: &crate::revocation::Report, revoke: bool) {
+    let groups = report.groups();
+    if groups.is_empty() {
+        return;
+    }
+    let mut stderr = std::io::stderr().lock();
+    let total = report.cuts.len();
+    let _ = if revoke {
+        writeln!(
+            stderr,
+            "note: {total} established connection{} the new policies deny will be cut (revokeEstablished):",
+            plural(total)
+        )
+    } else {
+        writeln!(
+            stderr,
+            "note: {total} established connection{} the new policies deny will keep running: revokeEstablished is off, so only new connections are judged (`nodeport-guard revoke` cuts them):",
+            plural(total)
+        )
+    };
+    for group in groups.iter().take(GROUPS_LISTED) {
+        let port = group.dport.map(|p| format!("/{p}")).unwrap_or_default();
+        let _ = writeln!(
+            stderr,
+            "  {} from {} to {}{port}: {}",
+            group.count, group.src, group.protocol, group.verdict.reason
+        );
+    }
+    if groups.len() > GROUPS_LISTED {
+        let _ = writeln!(
+            stderr,
+            "  … and {} more sources and ports",
+            groups.len() - GROUPS_LISTED
+        );
+    }
+    if report.truncated {
+        let _ = writeln!(
+            stderr,
+            "  (the conntrack table was read only in part: {} entries)",
+            report.examined
+        );
+    }
+}
+
+/// The same as JSON: whether they are cut, and per source and port how many.
+pub fn established_json(report: &crate::revocation::Report, revoke: bool) -> serde_json::Value {
+    let groups: Vec<serde_json::Value> = report
+        .groups()
+        .iter()
+        .map(|group| {
+            serde_json::json!({
+                "src": group.src,
+                "protocol": group.protocol,
+                "dport": group.dport,
+                "connections": group.count,
+                "droppedBy": group.verdict,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "revoke": revoke,
+        "connections": report.cuts.len(),
+        "examined": report.examined,
+        "truncated": report.truncated,
+        "bySource": groups,
+    })
+}
+
 /// Asks on the terminal, or refuses when stdin is not one and `yes` was not given.
 pub fn ask(question: &str, yes: bool) -> Result<bool> {
     if yes {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::output::{print_cuts, print_plan};
+use super::output::{established_json, print_cuts, print_established, print_plan};
 use crate::compile::Compiled;
 use crate::counters::{self, AppliedIndex};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
@@ -83,6 +83,40 @@ impl Prepared {
     }
 }
 
+/// The policies the last apply recorded, validated; `None` when none was recorded (nothing
+/// applied yet, or by a version that did not record them).
+pub fn applied_model(settings: &Settings) -> Option<crate::model::Model> {
+    let applied = StateDir::new(&settings.state_dir).applied().ok()??;
+    if applied.policy_files.is_empty() {
+        return None;
+    }
+    let set = policy_set::from_files(&applied.policy_files);
+    set.is_valid().then_some(set.model)
+}
+
+/// The established connections the change would cut, counted (read from the conntrack
+/// table; `None` when it cannot be read).
+fn established_cuts(
+    settings: &Settings,
+    runner: &dyn Runner,
+    prepared: &Prepared,
+) -> Option<crate::revocation::Report> {
+    if !runner.exists(crate::dataplane::conntrack::CONNTRACK) {
+        return None;
+    }
+    let before = applied_model(settings);
+    crate::revocation::revoke(
+        runner,
+        before.as_ref(),
+        &prepared.model,
+        &settings.config,
+        &prepared.facts,
+        false,
+    )
+    .map_err(|error| tracing::debug!("cannot count established connections: {error}"))
+    .ok()
+}
+
 impl Prepared {
     /// Which kernel rules carry which policy rule's verdict.
     pub fn index(&self) -> AppliedIndex {
@@ -154,6 +188,11 @@ pub fn run(
     let observed = observed?;
     let changes = plan::plan(&prepared.desired, &observed);
     let cut_off = prepared.cut_off(settings);
+    let established = if changes.is_empty() {
+        None
+    } else {
+        established_cuts(settings, runner, &prepared)
+    };
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -167,6 +206,7 @@ pub fn run(
             "changes": !changes.is_empty(),
             "warnings": warnings,
             "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
+            "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
             "plan": changes,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -176,6 +216,9 @@ pub fn run(
         print_plan(&changes);
         if let Some(impact) = &cut_off {
             print_cuts(impact);
+        }
+        if let Some(report) = &established {
+            print_established(report, settings.config.revoke_established);
         }
     }
     if let Some(path) = out {

@@ -23,6 +23,10 @@ pub struct Metrics {
     pub reloads_refused: u64,
     /// Resyncs that found and repaired drift.
     pub drift_repairs: u64,
+    /// Established connections cut because a change denies them (`revokeEstablished`).
+    pub revoked_connections: u64,
+    /// Established connections that could not be cut.
+    pub revoke_failures: u64,
     /// Seconds since the epoch of the last successful apply.
     pub last_apply_timestamp: u64,
     /// Duration of the last apply.
@@ -77,6 +81,21 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
         "counter",
         "Resyncs that found rules changed by someone else and put them back.",
         &[(String::new(), metrics.drift_repairs.to_string())],
+    );
+    metric(
+        "nodeport_guard_revoked_connections_total",
+        "counter",
+        "Established connections cut because a change of policies denies them (revokeEstablished).",
+        &[
+            (
+                "{result=\"cut\"}".into(),
+                metrics.revoked_connections.to_string(),
+            ),
+            (
+                "{result=\"failed\"}".into(),
+                metrics.revoke_failures.to_string(),
+            ),
+        ],
     );
     metric(
         "nodeport_guard_last_apply_timestamp_seconds",

@@ -372,6 +372,9 @@ impl Daemon {
                         .record_change("daemon", outcome.plan.summary().counts());
                     self.state_dir_result(recorded);
                 }
+                if changed && self.settings.config.revoke_established {
+                    self.revoke_established(&set.model, &facts);
+                }
                 let index = counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
                     .of_desired(&desired)
                     .of_policies(&set.sources);
@@ -503,6 +506,46 @@ impl Daemon {
             }
             Ok(_) => {}
             Err(error) => tracing::error!(%error, "repairing drift failed"),
+        }
+    }
+
+    /// Cuts the established connections the new policies deny that the last good ones let
+    /// through (`revokeEstablished`). Bounded in time; a failure is counted and logged, and
+    /// never undoes the rules just applied.
+    fn revoke_established(&mut self, after: &Model, facts: &HostFacts) {
+        let before = self.last_good.as_ref().map(|good| &good.model);
+        let started = Instant::now();
+        match crate::revocation::revoke(
+            self.runner.as_ref(),
+            before,
+            after,
+            &self.settings.config,
+            facts,
+            true,
+        ) {
+            Ok(report) => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.revoked_connections += report.deleted as u64;
+                    metrics.revoke_failures += report.failed.len() as u64;
+                }
+                if report.deleted > 0 || !report.failed.is_empty() {
+                    tracing::info!(
+                        cut = report.deleted,
+                        failed = report.failed.len(),
+                        examined = report.examined,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "revoked established connections the new policies deny"
+                    );
+                }
+            }
+            Err(error) => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.revoke_failures += 1;
+                }
+                tracing::warn!(
+                    "cannot revoke established connections (the rules are applied): {error}"
+                );
+            }
         }
     }
 

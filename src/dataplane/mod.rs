@@ -8,6 +8,7 @@
 //!
 //! Adding a backend: a new module implementing [`Backend`], and one line in [`BACKENDS`].
 
+pub mod conntrack;
 pub mod detect;
 pub mod fake;
 pub mod iptables;

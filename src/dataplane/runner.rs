@@ -31,6 +31,27 @@ pub trait Runner: Send + Sync {
 
     /// Whether `program` can be found.
     fn exists(&self, program: &str) -> bool;
+
+    /// Runs `program` with `args` and hands each line of its stdout to `line` as it comes;
+    /// when `line` returns `false` the program is stopped. The output's `stdout` is empty.
+    /// (This default runs the program to its end first, for runners that cannot stream.)
+    fn run_lines(
+        &self,
+        program: &str,
+        args: &[&str],
+        line: &mut dyn FnMut(&str) -> bool,
+    ) -> std::io::Result<Output> {
+        let output = self.run(program, args, None)?;
+        for text in output.stdout.lines() {
+            if !line(text) {
+                break;
+            }
+        }
+        Ok(Output {
+            stdout: String::new(),
+            ..output
+        })
+    }
 }
 
 /// Runs real programs, found in `PATH` and the usual `sbin` directories (a cron job or a
@@ -92,6 +113,55 @@ impl Runner for SystemRunner {
 
     fn exists(&self, program: &str) -> bool {
         Self::resolve(program).is_some()
+    }
+
+    fn run_lines(
+        &self,
+        program: &str,
+        args: &[&str],
+        line: &mut dyn FnMut(&str) -> bool,
+    ) -> std::io::Result<Output> {
+        use std::io::{BufRead as _, Read as _};
+        let path = Self::resolve(program).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{program}` not found"),
+            )
+        })?;
+        let mut child = Command::new(path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        // stderr is read on the side, so that a chatty program cannot block on it.
+        let mut stderr_pipe = child.stderr.take();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(pipe) = stderr_pipe.as_mut() {
+                let _ = pipe.take(64 * 1024).read_to_string(&mut text);
+            }
+            text
+        });
+        let mut stopped = false;
+        if let Some(stdout) = child.stdout.take() {
+            for text in std::io::BufReader::new(stdout).lines() {
+                let Ok(text) = text else { break };
+                if !line(&text) {
+                    stopped = true;
+                    let _ = child.kill();
+                    break;
+                }
+            }
+        }
+        let status = child.wait()?;
+        let stderr = stderr.join().unwrap_or_default();
+        Ok(Output {
+            success: status.success() || stopped,
+            code: status.code(),
+            stdout: String::new(),
+            stderr,
+        })
     }
 }
 

@@ -16,6 +16,7 @@
 pub mod impact;
 mod matching;
 mod report;
+pub mod revoke;
 
 use std::net::IpAddr;
 

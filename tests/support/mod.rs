@@ -136,6 +136,7 @@ mod macros;
 pub mod netns;
 pub mod nflog;
 pub mod reachability;
+pub mod session;
 pub mod snapshot;
 pub mod sock;
 pub mod state;

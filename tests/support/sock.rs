@@ -259,6 +259,39 @@ impl Connect {
         }
     }
 
+    /// A TCP connection from inside `ns` that stays open: the stream, for a test that keeps
+    /// talking over it (see `support::session`).
+    pub fn open_tcp(&self, ns: &Netns) -> Result<TcpStream, ConnectError> {
+        ns.run(|| {
+            let deadline = Instant::now() + self.timeout;
+            let what = format!("connect {} -> {}", self.describe_src(), self.dst);
+            self.tcp_connect_once(deadline)
+                .map_err(|attempt| match attempt {
+                    Attempt::Icmp(Errno::ECONNREFUSED) => ConnectError::Refused,
+                    Attempt::Connect(e) => classify(e, &what),
+                    Attempt::Icmp(e) | Attempt::Setup(_, e) => {
+                        ConnectError::Other(format!("{what}: {e}"))
+                    }
+                })
+        })
+    }
+
+    /// A UDP socket inside `ns`, bound to the source and connected to the destination, for
+    /// a flow a test keeps using.
+    pub fn open_udp(&self, ns: &Netns) -> Result<UdpSocket, ConnectError> {
+        ns.run(|| {
+            let local = self
+                .local_addr()
+                .unwrap_or_else(|| SocketAddr::new(unspecified(self.dst), 0));
+            let sock = UdpSocket::bind(local)
+                .map_err(|e| ConnectError::Other(format!("bind UDP socket to {local}: {e}")))?;
+            sock.connect(self.dst).map_err(|e| {
+                ConnectError::Other(format!("connect UDP socket to {}: {e}", self.dst))
+            })?;
+            Ok(sock)
+        })
+    }
+
     /// The UDP probe, on a thread that is already in the right namespace.
     fn udp_here(&self) -> Result<String, ConnectError> {
         let local = self
