@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod cleanup;
 pub mod confirm;
+pub mod drops;
 pub mod generate;
 pub mod output;
 pub mod plan;
@@ -85,6 +86,7 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
         } => with_settings(global, |s| {
             status::run(&s, local, *json, *detailed_exitcode)
         }),
+        Command::Drops(args) => with_settings(global, |s| drops::run(&s, args)),
         Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
     }
 }
