@@ -108,8 +108,17 @@ impl NflogSocket {
         let other = |group, error| BindError::Other { group, error };
         let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| other(first, e))?;
         socket.bind_auto().map_err(|e| other(first, e))?;
-        // A bigger buffer rides out bursts; the kernel caps it at rmem_max, which is fine.
-        let _ = socket.set_rx_buf_sz(tuning.receive_buffer);
+        // A bigger buffer rides out bursts: beyond rmem_max as root (SO_RCVBUFFORCE), else up
+        // to it.
+        if nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::RcvBufForce,
+            &tuning.receive_buffer,
+        )
+        .is_err()
+        {
+            let _ = socket.set_rx_buf_sz(tuning.receive_buffer);
+        }
         let mut nflog = NflogSocket {
             socket,
             buffer: Vec::with_capacity(256 * 1024),
