@@ -5,8 +5,7 @@
 //! (`<state-dir>/drops.sock`); otherwise `drops` binds the groups itself. Either way the
 //! prefixes are resolved against the policy files as they are now.
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::os::unix::net::UnixStream;
+use std::io::{BufRead, Write as _};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
@@ -43,20 +42,19 @@ pub fn run(settings: &Settings, args: &DropsArgs) -> Result<ExitCode> {
         staged: args.staged,
     };
     let (sender, events) = mpsc::channel(QUEUE);
-    let path = nflog::stream_path(&settings.state_dir);
-    match UnixStream::connect(&path) {
+    let since_ms = args
+        .since
+        .map(|since| now_ms() - i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
+    match nflog::open_stream(&settings.state_dir, &StreamRequest { since_ms }) {
         Ok(stream) => {
-            tracing::info!(socket = %path.display(), "reading the daemon's stream");
-            let since_ms = args
-                .since
-                .map(|since| now_ms() - i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
-            read_stream(stream, StreamRequest { since_ms }, sender)?;
+            tracing::info!("reading the daemon's stream");
+            read_stream(stream, sender)?;
         }
         Err(_) if args.since.is_some() => bail!(
             "--since shows drops from the daemon's buffer of recent drops, and no daemon serves \
              one here ({} cannot be opened; the daemon keeps it while it runs with drop \
              logging); without --since, `drops` reads the NFLOG groups itself from now on",
-            path.display()
+            nflog::stream_path(&settings.state_dir).display()
         ),
         Err(_) => read_groups(settings, sender)?,
     }
@@ -142,21 +140,12 @@ fn read_groups(settings: &Settings, sender: mpsc::Sender<Event>) -> Result<()> {
     Ok(())
 }
 
-/// Asks the daemon's stream for packets and reads them on a thread.
-fn read_stream(
-    mut stream: UnixStream,
-    request: StreamRequest,
-    sender: mpsc::Sender<Event>,
-) -> Result<()> {
-    let mut line = serde_json::to_string(&request)?;
-    line.push('\n');
-    stream
-        .write_all(line.as_bytes())
-        .context("cannot ask the daemon's stream for drops")?;
+/// Reads the daemon's stream on a thread.
+fn read_stream(stream: impl BufRead + Send + 'static, sender: mpsc::Sender<Event>) -> Result<()> {
     std::thread::Builder::new()
         .name("stream".into())
         .spawn(move || {
-            for line in BufReader::new(stream).lines() {
+            for line in stream.lines() {
                 let Ok(line) = line else { break };
                 let event = match serde_json::from_str::<StreamMessage>(&line) {
                     Ok(StreamMessage::Drop(observed)) => Event::Packet(observed),

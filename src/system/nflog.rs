@@ -359,6 +359,20 @@ pub fn stream_path(state_dir: &Path) -> std::path::PathBuf {
     state_dir.join("drops.sock")
 }
 
+/// Connects to the daemon's stream and asks it for `request`; the answer is JSON lines of
+/// [`crate::drops::StreamMessage`].
+pub fn open_stream(
+    state_dir: &Path,
+    request: &crate::drops::StreamRequest,
+) -> io::Result<io::BufReader<std::os::unix::net::UnixStream>> {
+    use std::io::Write as _;
+    let mut stream = std::os::unix::net::UnixStream::connect(stream_path(state_dir))?;
+    let mut line = serde_json::to_string(request).map_err(io::Error::other)?;
+    line.push('\n');
+    stream.write_all(line.as_bytes())?;
+    Ok(io::BufReader::new(stream))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
