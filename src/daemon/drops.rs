@@ -6,6 +6,7 @@
 //! client skips packets, and is told how many), the number of clients. The reading runs on its
 //! own thread, so a flood never holds up a reload; the reload only swaps the resolver.
 
+use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -198,10 +199,15 @@ impl DropLog {
                     packet: packet::parse(&logged.payload),
                 })
                 .collect();
+            // Counted per prefix: a flood is mostly one prefix, resolved once a batch.
+            let mut per_prefix: HashMap<&str, u64> = HashMap::new();
+            for packet in &observed {
+                *per_prefix.entry(packet.prefix.as_str()).or_default() += 1;
+            }
             if let (Ok(resolver), Ok(mut metrics)) = (self.resolver.read(), self.metrics.lock()) {
                 metrics.drops_skipped += batch.lost;
-                for packet in &observed {
-                    metrics.dropped.count(&resolver.resolve(&packet.prefix));
+                for (prefix, packets) in per_prefix {
+                    metrics.dropped.count_n(&resolver.resolve(prefix), packets);
                 }
             }
             if let Ok(mut fanout) = self.fanout.lock() {

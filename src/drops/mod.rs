@@ -370,6 +370,11 @@ pub struct DropCounts {
 impl DropCounts {
     /// Counts a packet if it was dropped.
     pub fn count(&mut self, verdict: &Verdict) {
+        self.count_n(verdict, 1);
+    }
+
+    /// Counts `packets` packets with the same verdict, if they were dropped.
+    pub fn count_n(&mut self, verdict: &Verdict, packets: u64) {
         let Some(key) = DropKey::of(verdict) else {
             return;
         };
@@ -380,9 +385,9 @@ impl DropCounts {
                 direction: String::new(),
                 tier: String::new(),
             };
-            *self.counts.entry(other).or_default() += 1;
+            *self.counts.entry(other).or_default() += packets;
         } else {
-            *self.counts.entry(key).or_default() += 1;
+            *self.counts.entry(key).or_default() += packets;
         }
     }
 }

@@ -17,6 +17,14 @@ use netlink_packet_netfilter::nflog::{
 use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
+/// The most datagrams one [`NflogSocket::recv`] takes.
+const DATAGRAMS_PER_BATCH: usize = 256;
+
+/// `MSG_DONTWAIT`, as the `recv` flags of `netlink-sys` take it.
+fn libc_dontwait() -> i32 {
+    nix::sys::socket::MsgFlags::MSG_DONTWAIT.bits()
+}
+
 /// How the kernel should batch messages for a listener.
 #[derive(Clone, Copy, Debug)]
 pub struct Tuning {
@@ -179,22 +187,43 @@ impl NflogSocket {
 
     /// Waits for the next packets.
     pub fn recv(&mut self) -> io::Result<Batch> {
-        self.buffer.clear();
         let mut batch = Batch::default();
-        match self.socket.recv(&mut self.buffer, 0) {
-            Ok(_) => {}
-            // The kernel dropped messages for us; the sequence numbers say how many.
-            Err(error) if error.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
-                return Ok(batch);
-            }
-            Err(error) => return Err(error),
-        }
         if self.names_read.elapsed() > Duration::from_secs(10) {
             self.names.clear();
             self.names_read = Instant::now();
         }
-        let buffer = std::mem::take(&mut self.buffer);
-        for message in messages(&buffer).flatten() {
+        // The first datagram is waited for; whatever else is queued already is taken along
+        // (our rules log with threshold 1, so a datagram is often one packet).
+        for round in 0..DATAGRAMS_PER_BATCH {
+            self.buffer.clear();
+            let flags = if round == 0 { 0 } else { libc_dontwait() };
+            match self.socket.recv(&mut self.buffer, flags) {
+                Ok(_) => {}
+                // The kernel dropped messages for us; the sequence numbers say how many.
+                Err(error) if error.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
+                    continue;
+                }
+                Err(error)
+                    if round > 0
+                        && error.raw_os_error() == Some(nix::errno::Errno::EAGAIN as i32) =>
+                {
+                    break;
+                }
+                Err(error) if round > 0 => {
+                    tracing::debug!(%error, "reading NFLOG");
+                    break;
+                }
+                Err(error) => return Err(error),
+            }
+            let buffer = std::mem::take(&mut self.buffer);
+            self.packets(&buffer, &mut batch);
+            self.buffer = buffer;
+        }
+        Ok(batch)
+    }
+
+    fn packets(&mut self, buffer: &[u8], batch: &mut Batch) {
+        for message in messages(buffer).flatten() {
             let group = match &message.payload {
                 NetlinkPayload::InnerMessage(inner) => inner.header.res_id,
                 _ => continue,
@@ -210,8 +239,6 @@ impl NflogSocket {
                 batch.packets.push(packet);
             }
         }
-        self.buffer = buffer;
-        Ok(batch)
     }
 
     fn packet(&mut self, group: u16, nlas: Vec<PacketNla>, lost: &mut u64) -> Option<Logged> {
