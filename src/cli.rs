@@ -147,6 +147,14 @@ pub enum Command {
     },
     /// Show denied packets live from the NFLOG groups, each with its policy, tier and rule in
     /// words (from the daemon's stream when it runs, else from the groups themselves).
+    ///
+    /// With --json, each line is an object with `time` (local, RFC 3339), `family`, `protocol`,
+    /// `src`, `srcPort`, `dst`, `dstPort`, `inInterface`, `group`, `prefix`, `kind` (`rule`,
+    /// `endOfTier`, `noProfile`, `unknown`), then for a rule `policy`, `tier`, `direction`,
+    /// `rule`, `action`, `staged`; for the end of a tier `tier`, `direction`, `action`,
+    /// `staged`; for no profile `direction`; for an unknown prefix `reason`; and `description`,
+    /// the verdict in words. The summary on Ctrl-C or SIGTERM goes to stderr. Exit 0 on a
+    /// signal or after --count packets, 1 on error (a group another program holds is named).
     Drops(DropsArgs),
     /// Remove every chain, jump and set nodeport-guard owns.
     Cleanup {
