@@ -99,6 +99,13 @@ fn read_groups(settings: &Settings, sender: mpsc::Sender<Event>) -> Result<()> {
         Err(error @ BindError::Held { .. }) => {
             bail!("{error}; stop it or use the daemon's stream (`nodeport-guard run` serves it)")
         }
+        Err(BindError::Other { error, .. })
+            if error.raw_os_error() == Some(nix::errno::Errno::EPERM as i32) =>
+        {
+            bail!(
+                "cannot listen on the NFLOG groups: {error}; `drops` needs root (CAP_NET_ADMIN) in the node's network namespace"
+            )
+        }
         Err(error) => return Err(error.into()),
     };
     std::thread::Builder::new()
