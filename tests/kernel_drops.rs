@@ -314,3 +314,104 @@ fn a_flood_of_drops_keeps_the_daemon_small_and_reloading() {
         "the flooding source is not in the summary"
     );
 }
+
+/// A normal egress policy: UDP to 40999 denied by rule 0, everything else not allowed, so the
+/// tier's default deny drops it (`DPE|default`).
+const EGRESS_POLICY: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: deny-out
+spec:
+  selector: all()
+  types: [Egress]
+  egress:
+    - action: Deny
+      protocol: UDP
+      destination:
+        ports: [40999]
+";
+
+/// Runs `drops --count 1 --json <filters>` while the node sends UDP datagrams to each of
+/// `targets` in turn; returns the one packet it printed.
+fn one_egress_drop(
+    lab: &Lab,
+    guard: &Guard<'_>,
+    filters: &[&str],
+    targets: &[SocketAddr],
+) -> serde_json::Value {
+    let mut args = vec!["drops", "--count", "1", "--json"];
+    args.extend(filters);
+    let mut drops = guard.spawn(&args, "drops-egress.log");
+    assert!(
+        wait_until(WAIT, POLL, || group_bound(lab, 2)),
+        "drops never bound group 2\n{}",
+        drops.log()
+    );
+    let targets = targets.to_vec();
+    let exited = wait_until(WAIT, POLL, || {
+        let targets = targets.clone();
+        lab.node().run(move || {
+            for target in targets {
+                let bind = SocketAddr::new(
+                    if target.is_ipv4() {
+                        IpAddr::V4(addr::NODE_V4)
+                    } else {
+                        IpAddr::V6(addr::NODE_V6)
+                    },
+                    0,
+                );
+                let socket = UdpSocket::bind(bind).expect("bind");
+                let _ = socket.send_to(b"out", target);
+            }
+        });
+        !drops.running()
+    });
+    assert!(exited, "drops {filters:?} did not exit\n{}", drops.log());
+    let status = drops.wait_exit(WAIT).expect("exited");
+    assert!(status.success(), "{status:?}\n{}", drops.log());
+    let packets = json_lines(&drops.log());
+    assert_eq!(packets.len(), 1, "{}", drops.log());
+    packets[0].clone()
+}
+
+/// Egress drops come on group 2: a rule's (`DPE0|deny-out`), with `--port`; the end of the
+/// tier's (`DPE|default`) for what no rule allowed; IPv6 with `--src`. Output packets have no
+/// input interface.
+fn egress_drops_name_the_rule_and_the_end_of_the_tier(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy("egress.yaml", EGRESS_POLICY);
+    guard.apply();
+    let by_rule = sa(addr::CLIENT_V4[0], 40999);
+    let by_tier = sa(addr::CLIENT_V4[0], 40998);
+
+    let rule = one_egress_drop(&lab, &guard, &["--port", "40999"], &[by_tier, by_rule]);
+    assert_eq!(rule["kind"], "rule", "{rule}");
+    assert_eq!(rule["policy"], "deny-out", "{rule}");
+    assert_eq!(rule["rule"], 0, "{rule}");
+    assert_eq!(rule["direction"], "egress", "{rule}");
+    assert_eq!(rule["group"], 2, "{rule}");
+    assert_eq!(rule["protocol"], "udp", "{rule}");
+    assert_eq!(rule["dstPort"], 40999, "{rule}");
+    assert_eq!(rule["inInterface"], serde_json::Value::Null, "{rule}");
+
+    let tier = one_egress_drop(&lab, &guard, &["--port", "40998"], &[by_rule, by_tier]);
+    assert_eq!(tier["kind"], "endOfTier", "{tier}");
+    assert_eq!(tier["tier"], "default", "{tier}");
+    assert_eq!(tier["direction"], "egress", "{tier}");
+    assert_eq!(tier["prefix"], "DPE|default", "{tier}");
+    assert!(
+        tier["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("denied at the end of tier default egress")),
+        "{tier}"
+    );
+
+    let v6 = sa(addr::CLIENT_V6[0], 40999);
+    let ipv6 = one_egress_drop(&lab, &guard, &["--src", "2001:db8::/32"], &[by_rule, v6]);
+    assert_eq!(ipv6["family"], "ipv6", "{ipv6}");
+    assert_eq!(ipv6["src"], addr::NODE_V6.to_string(), "{ipv6}");
+    assert_eq!(ipv6["dst"], addr::CLIENT_V6[0].to_string(), "{ipv6}");
+    assert_eq!(ipv6["policy"], "deny-out", "{ipv6}");
+}
+backend_tests!(egress_drops_name_the_rule_and_the_end_of_the_tier);
