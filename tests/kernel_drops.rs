@@ -415,3 +415,49 @@ fn egress_drops_name_the_rule_and_the_end_of_the_tier(backend: Backend) {
     assert_eq!(ipv6["policy"], "deny-out", "{ipv6}");
 }
 backend_tests!(egress_drops_name_the_rule_and_the_end_of_the_tier);
+
+/// With tcpdump holding group 1 before the daemon starts, the daemon says so, enforces the
+/// policy all the same, and reports that it is not counting drops.
+#[test]
+fn the_daemon_enforces_without_counting_when_the_group_is_held() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nftables);
+    let guard = Guard::with_config(
+        &lab,
+        &daemon_config("90s", &format!("metricsAddress: {METRICS_ADDR}\n")),
+    );
+    guard.write_policy("nodeport.yaml", &Whitelist::mission().yaml());
+    let _tcpdump = NflogCapture::start(lab.node(), 1);
+    let mut daemon = Daemon::start(&guard);
+    daemon.expect_log(
+        0,
+        "NFLOG group 1 is held by another program: tcpdump (pid ",
+        WAIT,
+    );
+    support::check_reachability(
+        &lab,
+        "enforced without drop counting",
+        &[
+            support::dropped(BLOCKED, sa(addr::NODE_V4, ports::NODEPORT)),
+            support::open(
+                addr::CLIENT_V4[0],
+                sa(addr::NODE_V4, ports::NODEPORT),
+                support::replies::NODEPORT_TARGET,
+            ),
+        ],
+    );
+    let body = http_get_ok(
+        lab.node(),
+        METRICS_ADDR.parse().expect("address"),
+        "/metrics",
+    )
+    .body;
+    let samples = parse_prometheus(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    assert_eq!(
+        samples.get("nodeport_guard_drops_listening"),
+        Some(&0.0),
+        "{body}"
+    );
+    assert!(!guard.state_dir().join("drops.sock").exists());
+    daemon.assert_running("after the warning");
+}
