@@ -157,6 +157,7 @@ fn read_stream(stream: impl BufRead + Send + 'static, sender: mpsc::Sender<Event
                 let event = match serde_json::from_str::<StreamMessage>(&line) {
                     Ok(StreamMessage::Drop(observed)) => Event::Packet(observed),
                     Ok(StreamMessage::Skipped { count }) => Event::Skipped(count),
+                    Ok(StreamMessage::Refused { reason }) => Event::Ended(reason),
                     Err(_) => continue,
                 };
                 if sender.blocking_send(event).is_err() {

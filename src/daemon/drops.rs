@@ -244,10 +244,22 @@ impl DropLog {
             .ok()
             .and_then(|mut fanout| fanout.subscribe(request.since_ms));
         let Some((receiver, skipped)) = subscribed else {
+            let refused = StreamMessage::Refused {
+                reason: format!("the daemon serves {CLIENTS} `drops` at once, and that many run"),
+            };
+            let _ = writeln!(
+                stream,
+                "{}",
+                serde_json::to_string(&refused).unwrap_or_default()
+            );
             return;
         };
         for message in receiver {
+            // The liveness probe: an empty line (which clients skip) finds a client gone.
             if matches!(message, StreamMessage::Skipped { count: 0 }) {
+                if stream.write_all(b"\n").is_err() {
+                    return;
+                }
                 continue;
             }
             let mut out = serde_json::to_string(&message).unwrap_or_default();
@@ -321,7 +333,7 @@ mod tests {
             .try_iter()
             .filter_map(|m| match m {
                 StreamMessage::Drop(o) => Some(o.time_ms),
-                StreamMessage::Skipped { .. } => None,
+                StreamMessage::Skipped { .. } | StreamMessage::Refused { .. } => None,
             })
             .collect();
         assert_eq!(times.len(), CLIENT_QUEUE);

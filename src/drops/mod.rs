@@ -51,6 +51,11 @@ pub enum StreamMessage {
         /// How many.
         count: u64,
     },
+    /// The daemon does not serve this client (too many at once); the stream ends.
+    Refused {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// What the client asks the daemon's stream for, as its first line.
