@@ -346,24 +346,28 @@ impl Resolver {
             }
         }
         for tier in tiers {
+            // A tier ends in its default action: a drop (`DP…|tier`) or a pass (`PP…|tier`).
+            let passes = model
+                .tier(tier)
+                .is_some_and(|t| t.default_action == model::TierAction::Pass);
+            let (action, logged) = if passes {
+                (LoggedAction::Pass, model::Action::Pass)
+            } else {
+                (LoggedAction::Deny, model::Action::Deny)
+            };
+            if !logs.contains(&logged) {
+                continue;
+            }
             for direction in [Direction::Ingress, Direction::Egress] {
-                for (action, logged) in [
-                    (LoggedAction::Deny, model::Action::Deny),
-                    (LoggedAction::Pass, model::Action::Pass),
-                ] {
-                    if !logs.contains(&logged) {
-                        continue;
-                    }
-                    known.insert(
-                        nflog_prefix(action.letter(), direction, None, tier),
-                        Verdict::EndOfTier {
-                            tier: tier.to_owned(),
-                            direction,
-                            action,
-                            staged: false,
-                        },
-                    );
-                }
+                known.insert(
+                    nflog_prefix(action.letter(), direction, None, tier),
+                    Verdict::EndOfTier {
+                        tier: tier.to_owned(),
+                        direction,
+                        action,
+                        staged: false,
+                    },
+                );
             }
         }
         Resolver { known }
@@ -635,7 +639,24 @@ spec:
 
     #[test]
     fn logged_allows_and_passes_resolve_when_log_actions_say_so() {
-        let model = model_of(POLICIES);
+        let tiered = format!(
+            "{POLICIES}---
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {{name: security}}
+spec: {{order: 100, defaultAction: Pass}}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {{name: security.block}}
+spec:
+  tier: security
+  selector: all()
+  ingress:
+  - action: Pass
+"
+        );
+        let model = model_of(&tiered);
         let mut config = Config::default();
         config.log_actions.insert(model::Action::Allow);
         config.log_actions.insert(model::Action::Pass);
@@ -644,10 +665,30 @@ spec:
             resolver.resolve("API0|allow-cluster").words(),
             "allowed by policy allow-cluster (tier default) ingress rule 0"
         );
+        assert_eq!(
+            resolver.resolve("PPI0|security.block").words(),
+            "passed by policy security.block (tier security) ingress rule 0"
+        );
+        // A Pass tier ends in a pass, the default tier in a drop; never the other way round.
         assert!(matches!(
-            resolver.resolve("PPI|default"),
+            resolver.resolve("PPI|security"),
             Verdict::EndOfTier {
                 action: LoggedAction::Pass,
+                ..
+            }
+        ));
+        assert!(matches!(
+            resolver.resolve("DPI|security"),
+            Verdict::Unknown { .. }
+        ));
+        assert!(matches!(
+            resolver.resolve("PPI|default"),
+            Verdict::Unknown { .. }
+        ));
+        assert!(matches!(
+            resolver.resolve("DPE|default"),
+            Verdict::EndOfTier {
+                action: LoggedAction::Deny,
                 ..
             }
         ));
