@@ -156,6 +156,17 @@ pub enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Show denied packets live from the NFLOG groups, each with its policy, tier and rule in
+    /// words (from the daemon's stream when it runs, else from the groups themselves).
+    ///
+    /// With --json, each line is an object with `time` (local, RFC 3339), `family`, `protocol`,
+    /// `src`, `srcPort`, `dst`, `dstPort`, `inInterface`, `group`, `prefix`, `kind` (`rule`,
+    /// `endOfTier`, `noProfile`, `unknown`), then for a rule `policy`, `tier`, `direction`,
+    /// `rule`, `action`, `staged`; for the end of a tier `tier`, `direction`, `action`,
+    /// `staged`; for no profile `direction`; for an unknown prefix `reason`; and `description`,
+    /// the verdict in words. The summary on Ctrl-C or SIGTERM goes to stderr. Exit 0 on a
+    /// signal or after --count packets, 1 on error (a group another program holds is named).
+    Drops(DropsArgs),
     /// Remove every chain, jump and set nodeport-guard owns.
     Cleanup {
         /// Do not ask
@@ -251,6 +262,39 @@ pub enum TraceState {
     Related,
     /// A packet conntrack cannot place
     Invalid,
+}
+
+/// `drops` options. Ctrl-C or SIGTERM prints a summary (top sources and rules) and exits 0.
+#[derive(Debug, Args, Clone, Default)]
+pub struct DropsArgs {
+    /// One JSON object per packet and line (camelCase keys)
+    #[arg(long)]
+    pub json: bool,
+    /// Also show what staged policies would deny
+    #[arg(long)]
+    pub staged: bool,
+    /// Only packets of this policy's rules
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// Only packets from this address or net
+    #[arg(long, value_name = "CIDR", value_parser = parse_net)]
+    pub src: Option<ipnet::IpNet>,
+    /// Only packets to this destination port
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// First the drops of this recent time (e.g. 5m) from the daemon's buffer; needs the daemon
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Exit 0 after N shown packets
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+/// A net, or one address as a /32 or /128.
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{text}` is not an address or a CIDR"))
 }
 
 /// What `generate` writes.

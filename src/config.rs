@@ -136,6 +136,9 @@ pub struct Config {
     /// Whether an apply or reload that takes reachability away also cuts the established
     /// connections it now denies (by deleting their conntrack entries).
     pub revoke_established: bool,
+    /// Whether the daemon holds the NFLOG groups (counting drops for `/metrics` and streaming
+    /// them to `drops`); off, other programs such as `tcpdump -i nflog:1` may listen.
+    pub nflog_listener: bool,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics_address: Option<SocketAddr>,
 }
@@ -160,6 +163,7 @@ impl Default for Config {
             debounce: Duration::from_millis(200),
             allow_empty: false,
             revoke_established: false,
+            nflog_listener: false,
             metrics_address: None,
         }
     }
@@ -203,6 +207,9 @@ pub struct RawConfig {
     /// After a change that takes reachability away, cut the established connections it now
     /// denies (default false: only new connections are judged, as in Calico).
     pub revoke_established: Option<Sp<bool>>,
+    /// The daemon holds the NFLOG groups: counts drops for `/metrics` and streams them to
+    /// `drops` (default false: `tcpdump -i nflog:1` and `drops` bind the groups themselves).
+    pub nflog_listener: Option<Sp<bool>>,
     /// `host:port` for Prometheus metrics.
     pub metrics_address: Option<Sp<String>>,
 }
@@ -585,6 +592,9 @@ fn check_daemon(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     }
     if let Some(revoke) = &raw.revoke_established {
         config.revoke_established = revoke.value;
+    }
+    if let Some(listener) = &raw.nflog_listener {
+        config.nflog_listener = listener.value;
     }
     if let Some(address) = &raw.metrics_address {
         match address.value.parse::<SocketAddr>() {

@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod diagnostic;
 pub mod digest;
+pub mod drops;
 pub mod facts;
 #[doc(hidden)]
 pub mod fixtures;

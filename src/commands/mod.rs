@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod cleanup;
 pub mod confirm;
+pub mod drops;
 pub mod generate;
 pub mod output;
 pub mod plan;
@@ -89,6 +90,7 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
             status::run(&s, local, *json, *detailed_exitcode)
         }),
         Command::Trace(args) => with_settings(global, |s| trace::run(&s, args)),
+        Command::Drops(args) => with_settings(global, |s| drops::run(&s, args)),
         Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
     }
 }

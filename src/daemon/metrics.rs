@@ -45,6 +45,12 @@ pub struct Metrics {
     pub policy_files_invalid: bool,
     /// When the loop last went round, for the health check.
     pub heartbeat: Option<Instant>,
+    /// Denied packets per policy rule, from the NFLOG groups.
+    pub dropped: crate::drops::DropCounts,
+    /// Logged packets that were lost before they were counted.
+    pub drops_skipped: u64,
+    /// Whether the daemon listens on the NFLOG groups.
+    pub drops_listening: bool,
 }
 
 /// Metrics shared between the loop and the server.
@@ -169,7 +175,43 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
             .map(|c| (labels(c), c.bytes.to_string()))
             .collect::<Vec<_>>(),
     );
+    drop_metrics(metrics, &mut metric);
     out
+}
+
+/// `nodeport_guard_dropped_packets_total` and friends.
+fn drop_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(String, String)])) {
+    let mut dropped: Vec<_> = metrics.dropped.counts.iter().collect();
+    dropped.sort();
+    metric(
+        "nodeport_guard_dropped_packets_total",
+        "counter",
+        "Packets dropped and logged to NFLOG, by the policy rule that dropped them (rule is the index, or end-of-tier, no-profile, unknown).",
+        &dropped
+            .iter()
+            .map(|(key, count)| {
+                (
+                    format!(
+                        "{{policy=\"{}\",rule=\"{}\",direction=\"{}\",tier=\"{}\"}}",
+                        key.policy, key.rule, key.direction, key.tier
+                    ),
+                    count.to_string(),
+                )
+            })
+            .collect::<Vec<_>>(),
+    );
+    metric(
+        "nodeport_guard_dropped_packets_skipped_total",
+        "counter",
+        "Logged packets lost before they were counted (the NFLOG socket's buffer overflowed).",
+        &[(String::new(), metrics.drops_skipped.to_string())],
+    );
+    metric(
+        "nodeport_guard_drops_listening",
+        "gauge",
+        "1 when the daemon reads the NFLOG groups (0: drop logging off, or another program holds a group).",
+        &[(String::new(), u8::from(metrics.drops_listening).to_string())],
+    );
 }
 
 /// Serves `/metrics` and `/healthz` on `listener`. `counters` reads the kernel counters (it
@@ -269,9 +311,34 @@ mod tests {
         assert!(text.contains(
             "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\"} 5\n"
         ));
+        assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 0\n"));
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");
         }
+    }
+
+    #[test]
+    fn renders_drop_counts() {
+        let mut metrics = Metrics {
+            drops_skipped: 7,
+            drops_listening: true,
+            ..Metrics::default()
+        };
+        metrics.dropped.count(&crate::drops::Verdict::Rule {
+            policy: "allow-cluster".into(),
+            tier: Some("default".into()),
+            direction: crate::model::Direction::Ingress,
+            rule: 2,
+            action: crate::drops::LoggedAction::Deny,
+            staged: false,
+        });
+        let text = render(&metrics, &[]);
+        assert!(text.contains("# TYPE nodeport_guard_dropped_packets_total counter\n"));
+        assert!(text.contains(
+            "nodeport_guard_dropped_packets_total{policy=\"allow-cluster\",rule=\"2\",direction=\"ingress\",tier=\"default\"} 1\n"
+        ), "{text}");
+        assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 7\n"));
+        assert!(text.contains("nodeport_guard_drops_listening 1\n"));
     }
 }

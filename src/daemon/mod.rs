@@ -14,6 +14,7 @@
 //! addresses the same does not even read the kernel.
 
 mod debounce;
+pub mod drops;
 pub mod metrics;
 pub mod netlink;
 pub mod watch;
@@ -75,6 +76,8 @@ struct Daemon {
     refusing_empty: bool,
     /// Whether the operator was told that the state directory cannot be written (once).
     state_dir_warned: bool,
+    /// The NFLOG listener, when the daemon counts drops.
+    drop_log: Option<Arc<drops::DropLog>>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
@@ -120,7 +123,9 @@ async fn run_loop(
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
 
+    let drop_log = drops::DropLog::start(&settings, metrics.clone());
     let mut daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
+    daemon.drop_log = drop_log;
     tracing::info!(
         %backend,
         policies = %daemon.settings.config.policies_dir.display(),
@@ -189,6 +194,9 @@ async fn run_loop(
         crate::system::runtime::release_free_memory();
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    if let Some(log) = &daemon.drop_log {
+        log.close();
+    }
     tracing::info!("stopping; the rules stay in place");
     Ok(ExitCode::SUCCESS)
 }
@@ -239,6 +247,7 @@ impl Daemon {
             summary: "starting".to_owned(),
             refusing_empty: false,
             state_dir_warned: false,
+            drop_log: None,
         }
     }
 
@@ -381,6 +390,12 @@ impl Daemon {
                 let recorded = self.state_dir.set_applied(&index);
                 self.state_dir_result(recorded);
                 self.summary = applied_summary(set.model.policies().len(), self.backend, changed);
+                if let Some(log) = &self.drop_log {
+                    log.set_resolver(crate::drops::Resolver::new(
+                        &set.model,
+                        &self.settings.config,
+                    ));
+                }
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
                     facts,
