@@ -25,7 +25,8 @@
 //! The modules follow the seams of Felix's `felix/rules`: `binding` picks the host endpoints
 //! of this host, their interfaces and policies; `dispatch` writes the top-level and dispatch
 //! chains (`dispatch.go`, `static.go`); `endpoints` one endpoint's chain (`endpoints.go`);
-//! `policy` one policy's chain (`policy.go`); [`rules`] one policy rule's kernel rules.
+//! `policy` one policy's chain (`policy.go`); [`rules`] one policy rule's kernel rules;
+//! `staged` the section of an endpoint chain that evaluates staged policies (log only).
 
 mod binding;
 mod dispatch;
@@ -34,6 +35,7 @@ pub mod names;
 mod policy;
 pub mod rules;
 pub mod sets;
+mod staged;
 
 use std::collections::BTreeMap;
 
@@ -99,6 +101,7 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     let bindings = bind(model, endpoints, host, &mut warnings);
     policy_warnings(model, &bindings, host, &mut warnings);
     default_deny_warnings(&bindings, config, &mut warnings);
+    staged::deletion_notes(model, &mut warnings);
 
     let mut families = Vec::new();
     for family in host.families() {
