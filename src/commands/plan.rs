@@ -8,11 +8,11 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::output::print_plan;
-use crate::compile::Compiled;
+use crate::compile::{Compiled, PolicyNames, names};
 use crate::counters::{self, AppliedIndex};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
 use crate::facts::HostFacts;
-use crate::model::IpFamily;
+use crate::model::{Direction, IpFamily};
 use crate::plan;
 use crate::policy_set;
 use crate::settings::Settings;
@@ -106,6 +106,48 @@ pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Pr
     })
 }
 
+/// Policies that move between staged and enforced with this plan, in words: a policy whose
+/// chains the kernel holds only as staged and the plan writes as enforced is promoted (its Deny
+/// rules will drop), and the other way round it goes back to staged.
+pub fn promotions(names: &PolicyNames, desired: &State, observed: &State) -> Vec<String> {
+    let has = |state: &State, chain: &dyn Fn(&str, Direction) -> String, policy: &str| {
+        [Direction::Ingress, Direction::Egress]
+            .into_iter()
+            .any(|direction| {
+                let name = chain(policy, direction);
+                state
+                    .tables
+                    .values()
+                    .any(|table| table.chains.contains_key(&name))
+            })
+    };
+    let enforced = |policy: &str, direction| names::policy_chain(policy, direction);
+    let staged = |policy: &str, direction| names::staged_policy_chain(policy, direction);
+    let mut lines = Vec::new();
+    for policy in &names.enforced {
+        if has(desired, &enforced, policy)
+            && has(observed, &staged, policy)
+            && !has(observed, &enforced, policy)
+            && !has(desired, &staged, policy)
+        {
+            lines.push(format!(
+                "policy `{policy}`: promoted from staged: its Deny rules now drop"
+            ));
+        }
+    }
+    for policy in &names.staged {
+        if has(desired, &staged, policy)
+            && has(observed, &enforced, policy)
+            && !has(desired, &enforced, policy)
+        {
+            lines.push(format!(
+                "policy `{policy}`: back to staged: its Deny rules no longer drop, they only log"
+            ));
+        }
+    }
+    lines
+}
+
 /// `plan [--detailed-exitcode] [--json] [--out FILE]`.
 pub fn run(
     settings: &Settings,
@@ -119,6 +161,7 @@ pub fn run(
     };
     let observed = observed?;
     let changes = plan::plan(&prepared.desired, &observed);
+    let promotions = promotions(&prepared.compiled.names, &prepared.desired, &observed);
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -131,12 +174,16 @@ pub fn run(
             "summary": changes.summary(),
             "changes": !changes.is_empty(),
             "warnings": warnings,
+            "promotions": promotions,
             "plan": changes,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
     } else {
+        for line in &promotions {
+            println!("{line}");
+        }
         print_plan(&changes);
     }
     if let Some(path) = out {

@@ -58,6 +58,18 @@ pub struct Compiled {
     pub ruleset: Ruleset,
     /// Things the operator should know before applying, in words.
     pub warnings: Vec<Diagnostic>,
+    /// The names of the enforced and the staged policies compiled.
+    pub names: PolicyNames,
+}
+
+/// The names of the policies of a compiled set, enforced and staged (`stagedAction: Set`), so
+/// `plan` can tell when a policy moves from one to the other.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyNames {
+    /// Enforced policies.
+    pub enforced: std::collections::BTreeSet<String>,
+    /// Staged policies.
+    pub staged: std::collections::BTreeSet<String>,
 }
 
 /// The chains of one table being built.
@@ -136,6 +148,14 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     Compiled {
         ruleset: Ruleset { marks, families },
         warnings,
+        names: PolicyNames {
+            enforced: model.policies().iter().map(|p| p.name.clone()).collect(),
+            staged: model
+                .staged_policies()
+                .iter()
+                .map(|p| p.name.clone())
+                .collect(),
+        },
     }
 }
 
