@@ -220,4 +220,6 @@ impl Compiler<'_> {
 }
 
 #[cfg(test)]
+mod staged_tests;
+#[cfg(test)]
 mod tests;
