@@ -106,9 +106,10 @@ pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Pr
     })
 }
 
-/// Policies that move between staged and enforced with this plan, in words: a policy whose
-/// chains the kernel holds only as staged and the plan writes as enforced is promoted (its Deny
-/// rules will drop), and the other way round it goes back to staged.
+/// Policies that move between staged and enforced with this plan, in words: a policy the
+/// kernel holds as staged and the plan writes only as enforced is promoted (its Deny rules
+/// will drop; the staged spec replaced an enforced one of its name, or there was none), and
+/// one the kernel enforces and the plan writes only as staged goes back to staged.
 pub fn promotions(names: &PolicyNames, desired: &State, observed: &State) -> Vec<String> {
     let has = |state: &State, chain: &dyn Fn(&str, Direction) -> String, policy: &str| {
         [Direction::Ingress, Direction::Egress]
@@ -127,7 +128,6 @@ pub fn promotions(names: &PolicyNames, desired: &State, observed: &State) -> Vec
     for policy in &names.enforced {
         if has(desired, &enforced, policy)
             && has(observed, &staged, policy)
-            && !has(observed, &enforced, policy)
             && !has(desired, &staged, policy)
         {
             lines.push(format!(
