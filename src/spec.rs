@@ -506,8 +506,8 @@ pub const API_VERSION: &str = "projectcalico.org/v3";
 /// The typed `spec` of a resource.
 #[derive(Clone, Debug)]
 pub enum RawSpec {
-    /// A policy's spec.
-    Policy(RawPolicySpec),
+    /// A policy's spec (boxed: it is much the largest).
+    Policy(Box<RawPolicySpec>),
     /// A network set's spec.
     NetworkSet(RawNetworkSetSpec),
     /// A host endpoint's spec.

@@ -171,7 +171,7 @@ fn next_spec<'de, A: MapAccess<'de>>(map: &mut A, kind: Kind) -> Result<Sp<RawSp
     Ok(match kind {
         Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
             let spec = map.next_value::<Sp<RawPolicySpec>>()?;
-            Sp::new(RawSpec::Policy(spec.value), spec.span)
+            Sp::new(RawSpec::Policy(Box::new(spec.value)), spec.span)
         }
         Kind::GlobalNetworkSet => {
             let spec = map.next_value::<Sp<RawNetworkSetSpec>>()?;
