@@ -347,3 +347,49 @@ fn long_staged_prefixes_are_shortened_like_the_others() {
         );
     }
 }
+
+#[test]
+fn staged_egress_logs_on_the_egress_group_with_e() {
+    let egress = "apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata:
+  name: no-smtp
+spec:
+  selector: all()
+  egress:
+  - action: Deny
+    protocol: TCP
+    destination:
+      ports: [25]
+";
+    let compiled = compile_yaml(egress, &Config::default());
+    let chain = names::staged_policy_chain("no-smtp", Direction::Egress);
+    assert_eq!(chain, "npg-spo-no-smtp");
+    let rules = text(&compiled, IpFamily::V4, Table::Filter, &chain).join("\n");
+    assert!(
+        rules.contains("--nflog-group 2 --nflog-prefix \"DPE0|staged:no-smtp\""),
+        "{rules}"
+    );
+    assert!(!rules.contains("-j DROP"), "{rules}");
+    let endpoint = text(
+        &compiled,
+        IpFamily::V4,
+        Table::Filter,
+        "npg-th-all-interfaces.any",
+    );
+    let endpoint = endpoint.join("\n");
+    assert!(endpoint.contains("-j npg-spo-no-smtp"), "{endpoint}");
+    assert!(
+        endpoint.contains("--nflog-group 2 --nflog-prefix \"DPE|staged:default\""),
+        "{endpoint}"
+    );
+    // Only a staged policy selects the host: its own traffic is not default-deny.
+    assert!(
+        !compiled
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("default-deny")),
+        "{:?}",
+        compiled.warnings
+    );
+}
