@@ -360,8 +360,14 @@ impl Path {
     /// or (for the host's own traffic) the endpoint has no allow-all profile, so Calico's
     /// default deny applies even without policy.
     pub(super) fn needed(self, binding: &Binding<'_>) -> bool {
+        self.enforced(binding) || !self.staged(binding).is_empty()
+    }
+
+    /// Whether this endpoint's chain on this path decides anything: enforced policies apply,
+    /// or the endpoint has no allow-all profile. A chain that only staged policies need must
+    /// not drop anything, not even what conntrack finds invalid.
+    pub(super) fn enforced(self, binding: &Binding<'_>) -> bool {
         !self.policies(binding).is_empty()
-            || !self.staged(binding).is_empty()
             || (matches!(self, Path::NormalIn | Path::NormalOut) && !binding.endpoint.default_allow)
     }
 

@@ -29,7 +29,8 @@ impl Compiler<'_> {
         if matches!(
             path,
             Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        ) {
+        ) && path.enforced(binding)
+        {
             rules.push(
                 Rule::new(vec![Match::Conntrack(CtState::Invalid)], Action::Drop)
                     .comment("drop packets conntrack finds invalid"),
