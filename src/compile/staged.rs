@@ -16,12 +16,14 @@
 //! clears every bit the section used, so the enforced policies start as they would without it.
 
 use super::binding::{Binding, Path};
+use super::names;
+use super::policy::POLICIES_PER_CHAIN;
 use super::rules::{self, clear_bits, mark_clear, set_bit};
 use super::sets::SetRegistry;
 use super::{Compiler, TableBuilder};
 use crate::diagnostic::Diagnostic;
 use crate::model::{self, IpFamily, Model, TierAction};
-use crate::ruleset::{Action, Rule};
+use crate::ruleset::{Action, Chain, Match, Rule};
 
 impl Compiler<'_> {
     /// The staged section of an endpoint chain on one path; no rules when no staged policy
@@ -56,10 +58,14 @@ impl Compiler<'_> {
                 Rule::new(Vec::new(), clear_bits(marks.pass))
                     .comment(format!("Start of staged tier {tier}")),
             );
-            for policy in tier_policies {
-                let chain = self.policy_chain(family, policy, direction, true, builder, sets);
-                out.push(Rule::new(undecided(), Action::Jump(chain)));
-            }
+            let jumps: Vec<Rule> = tier_policies
+                .iter()
+                .map(|policy| {
+                    let chain = self.policy_chain(family, policy, direction, true, builder, sets);
+                    Rule::new(undecided(), Action::Jump(chain))
+                })
+                .collect();
+            out.extend(batched(path, jumps, builder, &undecided));
             let denies = self
                 .model
                 .tier(tier)
@@ -100,6 +106,37 @@ impl Compiler<'_> {
         );
         out
     }
+}
+
+/// The jumps of one staged tier, in batch chains (as the enforced policies') when there are
+/// more than [`POLICIES_PER_CHAIN`]; every jump stays gated, so a batch skips the rest of its
+/// policies once one decided.
+fn batched(
+    path: Path,
+    jumps: Vec<Rule>,
+    builder: &mut TableBuilder,
+    undecided: &dyn Fn() -> Vec<Match>,
+) -> Vec<Rule> {
+    if jumps.len() <= POLICIES_PER_CHAIN {
+        return jumps;
+    }
+    let mut section = Vec::new();
+    for batch in jumps.chunks(POLICIES_PER_CHAIN) {
+        let content: Vec<String> = batch
+            .iter()
+            .filter_map(|rule| match &rule.action {
+                Action::Jump(target) => Some(target.clone()),
+                _ => None,
+            })
+            .collect();
+        let name = names::batch_chain(&format!("staged|{}|{}", path.table(), content.join(",")));
+        builder.add(Chain {
+            name: name.clone(),
+            rules: batch.to_vec(),
+        });
+        section.push(Rule::new(undecided(), Action::Jump(name)));
+    }
+    section
 }
 
 /// What the staged deletions say, in words, for `plan`: one note per deletion, pointing at it.

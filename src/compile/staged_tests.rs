@@ -392,3 +392,33 @@ spec:
         compiled.warnings
     );
 }
+
+#[test]
+fn many_staged_policies_are_batched_and_stay_gated() {
+    let mut text = String::new();
+    for index in 0..(POLICIES_PER_CHAIN + 5) {
+        text.push_str(&format!(
+            "---\napiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata:\n  name: s{index:03}\nspec:\n  order: {index}\n  selector: all()\n  ingress:\n  - action: Deny\n"
+        ));
+    }
+    let compiled = compile_yaml(&text, &Config::default());
+    let filter = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .and_then(|f| f.table(Table::Filter))
+        .expect("filter");
+    let batches: Vec<_> = filter
+        .chains
+        .iter()
+        .filter(|chain| chain.name.starts_with("npg-pb-"))
+        .collect();
+    assert_eq!(batches.len(), 2);
+    assert_eq!(
+        batches.iter().map(|b| b.rules.len()).sum::<usize>(),
+        POLICIES_PER_CHAIN + 5
+    );
+    for rule in batches.iter().flat_map(|b| &b.rules) {
+        assert!(matches!(&rule.action, Action::Jump(t) if t.starts_with("npg-spi-")));
+        assert_eq!(rule.matches.len(), 1, "gated: {rule:?}");
+    }
+}
