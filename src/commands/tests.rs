@@ -567,7 +567,7 @@ fn plan_says_when_a_policy_is_promoted_from_staged_or_goes_back() {
     for observed in [&staged_state, &both_state] {
         assert_eq!(
             plan::promotions(&enforced_names, &enforced_state, observed),
-            [promoted.clone()]
+            std::slice::from_ref(&promoted)
         );
     }
     // Enforced in the kernel, staged only in the files: back to staged.

@@ -1,8 +1,7 @@
 //! One endpoint's chain on one path, as in Felix's `endpoints.go`: drop what conntrack finds
 //! invalid, run the failsafe chain, the staged policies (`staged`, which decide nothing), clear
-//! the accept and pass bits, then tier by tier: clear the
-//! pass bit, jump to each policy of the tier, end the tier with its default action; and end the
-//! chain with the profile's verdict.
+//! the accept and pass bits, then tier by tier: clear the pass bit, jump to each policy of the
+//! tier, end the tier with its default action; and end the chain with the profile's verdict.
 
 use super::binding::{Binding, Path};
 use super::rules::{self, clear_bits, mark_clear, mark_set, set_bit};
