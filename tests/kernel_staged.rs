@@ -244,3 +244,43 @@ spec:
     log.expect_none(Duration::from_millis(500), |e| e.src == Some(v4(listed)));
 }
 backend_tests!(a_staged_tier_end_logs_what_it_would_drop_without_dropping);
+
+/// A staged egress Deny logs on the egress group (`nflogGroupEgress`, 2) with `E` in the
+/// prefix, `DPE0|staged:no-client-service`, and the node's own connection still completes.
+fn staged_egress_deny_logs_on_the_egress_group(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let log = NflogCapture::start(lab.node(), 2);
+    guard.write_policy(
+        "egress.yaml",
+        &format!(
+            "apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata:
+  name: no-client-service
+spec:
+  selector: all()
+  egress:
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [{port}]
+",
+            port = ports::CLIENT_SERVICE
+        ),
+    );
+    guard.apply();
+    let reply = lab
+        .node_connect_from_port(
+            ports::NODE_EPHEMERAL,
+            sa(addr::CLIENT_V4[0], ports::CLIENT_SERVICE),
+            support::CONNECT_TIMEOUT,
+        )
+        .unwrap_or_else(|e| panic!("{backend}: the node's own connection: {e}"));
+    assert_eq!(reply, replies::CLIENT_SERVICE);
+    let event = log
+        .wait_for(NFLOG_TIMEOUT, |e| e.dport == Some(ports::CLIENT_SERVICE))
+        .unwrap_or_else(|| panic!("no staged egress log\n{}", log.diagnostics()));
+    assert_eq!(event.prefix, "DPE0|staged:no-client-service", "{event}");
+}
+backend_tests!(staged_egress_deny_logs_on_the_egress_group);
