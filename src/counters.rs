@@ -144,15 +144,20 @@ pub struct RuleCounter {
     pub bytes: u64,
     /// Whether the kernel holds it.
     pub in_kernel: Presence,
+    /// Whether it is a staged policy's rule (it only logs).
+    pub staged: bool,
 }
 
 /// Per policy rule: packets, bytes, kernel rules found, kernel rules expected.
 type Tally = (u64, u64, usize, usize);
 
+/// A policy rule: staged or not, policy, direction, rule index (enforced rules first).
+type RuleKey = (bool, String, Direction, usize);
+
 /// Packets and bytes per policy rule: the counters of the kernel rules that carry each policy
 /// rule's verdict, summed over families and tables.
 pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter> {
-    let mut totals: BTreeMap<(String, Direction, usize), Tally> = BTreeMap::new();
+    let mut totals: BTreeMap<RuleKey, Tally> = BTreeMap::new();
     for entry in &index.origins {
         let key = state::TableKey {
             family: entry.family,
@@ -170,6 +175,7 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
         let counters = found.and_then(|rule| rule.counters).unwrap_or_default();
         let total = totals
             .entry((
+                entry.origin.staged,
                 entry.origin.policy.clone(),
                 entry.origin.direction,
                 entry.origin.rule_index,
@@ -183,7 +189,8 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
     totals
         .into_iter()
         .map(
-            |((policy, direction, rule), (packets, bytes, found, expected))| RuleCounter {
+            |((staged, policy, direction, rule), (packets, bytes, found, expected))| RuleCounter {
+                staged,
                 policy,
                 direction,
                 rule,

@@ -40,6 +40,10 @@ pub struct Model {
     network_sets: Vec<NetworkSet>,
     /// Host endpoints of every node, sorted by name.
     host_endpoints: Vec<HostEndpoint>,
+    /// Staged policies (`stagedAction: Set`), in evaluation order like `policies`.
+    staged: Vec<Policy>,
+    /// Staged deletions (`stagedAction: Delete`), sorted by name.
+    staged_deletions: Vec<StagedDeletion>,
 }
 
 impl Model {
@@ -56,7 +60,21 @@ impl Model {
             policies,
             network_sets,
             host_endpoints,
+            staged: Vec::new(),
+            staged_deletions: Vec::new(),
         }
+    }
+
+    /// This model with the staged policies `validate` checked (in evaluation order) and the
+    /// staged deletions. Only `validate` calls this.
+    pub(crate) fn with_staged(
+        mut self,
+        staged: Vec<Policy>,
+        staged_deletions: Vec<StagedDeletion>,
+    ) -> Model {
+        self.staged = staged;
+        self.staged_deletions = staged_deletions;
+        self
     }
 
     /// Tiers in evaluation order (by `order`, none last, then by name), `default` among them.
@@ -85,9 +103,21 @@ impl Model {
         &self.host_endpoints
     }
 
-    /// Whether the policy set holds no policy at all (the daemon's `allowEmpty` guard).
+    /// Staged policies (`StagedGlobalNetworkPolicy` with `stagedAction: Set`), in evaluation
+    /// order like [`Model::policies`]. They never decide a packet's fate; they only log.
+    pub fn staged_policies(&self) -> &[Policy] {
+        &self.staged
+    }
+
+    /// Staged deletions (`stagedAction: Delete`), sorted by name: nothing to evaluate.
+    pub fn staged_deletions(&self) -> &[StagedDeletion] {
+        &self.staged_deletions
+    }
+
+    /// Whether the policy set holds no policy at all, enforced or staged (the daemon's
+    /// `allowEmpty` guard).
     pub fn is_empty(&self) -> bool {
-        self.policies.is_empty()
+        self.policies.is_empty() && self.staged.is_empty() && self.staged_deletions.is_empty()
     }
 }
 
@@ -206,6 +236,18 @@ impl Policy {
             Direction::Egress => self.egress.as_deref(),
         }
     }
+}
+
+/// A `StagedGlobalNetworkPolicy` with `stagedAction: Delete`: it stages the removal of the
+/// enforced policy of its name, and has nothing to evaluate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedDeletion {
+    /// The policy's name.
+    pub name: String,
+    /// Its tier.
+    pub tier: String,
+    /// Where it was written.
+    pub origin: Origin,
 }
 
 /// The tier every policy without `spec.tier` is in; it always exists.

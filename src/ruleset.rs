@@ -195,6 +195,9 @@ pub struct RuleOrigin {
     pub direction: Direction,
     /// Index of the rule in the policy's list for that direction.
     pub rule_index: usize,
+    /// Whether the policy is a staged one (it only logs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
 }
 
 /// Which address or port of a packet a match looks at.

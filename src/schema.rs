@@ -36,6 +36,14 @@ pub fn policy_schema() -> String {
     ];
     let mut definitions: Map<String, Value> =
         generator.take_definitions(true).into_iter().collect();
+    let staged_spec = staged_spec_schema(&mut definitions);
+    let specs = [
+        specs[0].clone(),
+        (Kind::StagedGlobalNetworkPolicy, staged_spec),
+        specs[1].clone(),
+        specs[2].clone(),
+        specs[3].clone(),
+    ];
 
     let mut resources = Vec::new();
     for (kind, spec) in &specs {
@@ -60,6 +68,10 @@ pub fn policy_schema() -> String {
         (
             Kind::GlobalNetworkPolicyList,
             Some(Kind::GlobalNetworkPolicy),
+        ),
+        (
+            Kind::StagedGlobalNetworkPolicyList,
+            Some(Kind::StagedGlobalNetworkPolicy),
         ),
         (Kind::GlobalNetworkSetList, Some(Kind::GlobalNetworkSet)),
         (Kind::HostEndpointList, Some(Kind::HostEndpoint)),
@@ -93,7 +105,7 @@ pub fn policy_schema() -> String {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://nodeport-guard.invalid/schemas/nodeport-guard.schema.json",
         "title": "nodeport-guard policy file",
-        "description": "A document of a nodeport-guard policy file: a Calico projectcalico.org/v3 GlobalNetworkPolicy, GlobalNetworkSet, HostEndpoint or Tier, a list of them, or a sequence of them.",
+        "description": "A document of a nodeport-guard policy file: a Calico projectcalico.org/v3 GlobalNetworkPolicy, StagedGlobalNetworkPolicy, GlobalNetworkSet, HostEndpoint or Tier, a list of them, or a sequence of them.",
         "oneOf": [
             {"$ref": "#/$defs/Resource"},
             {"type": "array", "items": {"$ref": "#/$defs/Resource"}}
@@ -101,6 +113,33 @@ pub fn policy_schema() -> String {
         "$defs": definitions,
     });
     pretty(&schema)
+}
+
+/// The spec of a `StagedGlobalNetworkPolicy`: a `GlobalNetworkPolicy`'s spec and
+/// `stagedAction`. Adds its definition and returns a reference to it.
+fn staged_spec_schema(definitions: &mut Map<String, Value>) -> schemars::Schema {
+    let mut staged = definitions
+        .get("GlobalNetworkPolicySpec")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(object) = staged.as_object_mut() {
+        object.insert(
+            "description".to_owned(),
+            json!("`spec` of a `StagedGlobalNetworkPolicy`: a GlobalNetworkPolicy's spec, evaluated and logged to NFLOG but never enforced, and `stagedAction`."),
+        );
+        if let Some(Value::Object(properties)) = object.get_mut("properties") {
+            properties.insert(
+                "stagedAction".to_owned(),
+                json!({
+                    "description": "`Set` (the default) stages this spec; `Delete` stages removing the enforced policy of this name, and then only `tier` may be written besides.",
+                    "enum": ["Set", "Delete"]
+                }),
+            );
+        }
+    }
+    definitions.insert("StagedGlobalNetworkPolicySpec".to_owned(), staged);
+    schemars::Schema::try_from(json!({"$ref": "#/$defs/StagedGlobalNetworkPolicySpec"}))
+        .unwrap_or_default()
 }
 
 /// The JSON Schema of the config file.

@@ -150,6 +150,10 @@ pub struct RawPolicySpec {
     pub do_not_track: Option<Sp<bool>>,
     /// Calico performance hints; accepted and ignored.
     pub performance_hints: Option<Sp<Vec<Sp<String>>>>,
+    /// `StagedGlobalNetworkPolicy` only: `Set` (the default) stages this spec, `Delete` stages
+    /// the policy's removal. (The schema lists it for the staged kind only.)
+    #[schemars(skip)]
+    pub staged_action: Option<Sp<String>>,
     /// Workload only: rejected.
     #[schemars(skip)]
     #[serde(skip_serializing)]
@@ -408,6 +412,10 @@ pub enum Kind {
     HostEndpoint,
     /// `GlobalNetworkPolicyList`.
     GlobalNetworkPolicyList,
+    /// `StagedGlobalNetworkPolicy`: a policy that only logs what it would do.
+    StagedGlobalNetworkPolicy,
+    /// `StagedGlobalNetworkPolicyList`.
+    StagedGlobalNetworkPolicyList,
     /// `GlobalNetworkSetList`.
     GlobalNetworkSetList,
     /// `HostEndpointList`.
@@ -422,12 +430,14 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order they are listed in messages.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::GlobalNetworkPolicy,
+        Kind::StagedGlobalNetworkPolicy,
         Kind::GlobalNetworkSet,
         Kind::HostEndpoint,
         Kind::Tier,
         Kind::GlobalNetworkPolicyList,
+        Kind::StagedGlobalNetworkPolicyList,
         Kind::GlobalNetworkSetList,
         Kind::HostEndpointList,
         Kind::TierList,
@@ -441,6 +451,8 @@ impl Kind {
             Kind::GlobalNetworkSet => "GlobalNetworkSet",
             Kind::HostEndpoint => "HostEndpoint",
             Kind::GlobalNetworkPolicyList => "GlobalNetworkPolicyList",
+            Kind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
+            Kind::StagedGlobalNetworkPolicyList => "StagedGlobalNetworkPolicyList",
             Kind::GlobalNetworkSetList => "GlobalNetworkSetList",
             Kind::HostEndpointList => "HostEndpointList",
             Kind::Tier => "Tier",
@@ -459,6 +471,7 @@ impl Kind {
     pub fn item_kind(self) -> Option<Kind> {
         match self {
             Kind::GlobalNetworkPolicyList => Some(Kind::GlobalNetworkPolicy),
+            Kind::StagedGlobalNetworkPolicyList => Some(Kind::StagedGlobalNetworkPolicy),
             Kind::GlobalNetworkSetList => Some(Kind::GlobalNetworkSet),
             Kind::HostEndpointList => Some(Kind::HostEndpoint),
             Kind::TierList => Some(Kind::Tier),
@@ -472,6 +485,7 @@ impl Kind {
         matches!(
             self,
             Kind::GlobalNetworkPolicyList
+                | Kind::StagedGlobalNetworkPolicyList
                 | Kind::GlobalNetworkSetList
                 | Kind::HostEndpointList
                 | Kind::TierList
@@ -492,8 +506,8 @@ pub const API_VERSION: &str = "projectcalico.org/v3";
 /// The typed `spec` of a resource.
 #[derive(Clone, Debug)]
 pub enum RawSpec {
-    /// A policy's spec.
-    Policy(RawPolicySpec),
+    /// A policy's spec (boxed: it is much the largest).
+    Policy(Box<RawPolicySpec>),
     /// A network set's spec.
     NetworkSet(RawNetworkSetSpec),
     /// A host endpoint's spec.

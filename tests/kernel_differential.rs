@@ -7,7 +7,8 @@
 //! prefixes are logged.
 //!
 //! Each case draws policies (orders with ties and without order; actions
-//! Allow, Deny, Pass, Log; nets and notNets covering some of the client's
+//! Allow, Deny, Pass, Log; some of them staged, which only log, some staged
+//! twins of enforced ones; nets and notNets covering some of the client's
 //! addresses, also lists longer than eight that become ipsets; ports,
 //! notPorts and ranges, also more than fifteen; protocols by name and by
 //! number, notProtocol, ipVersion; source and destination selectors over
@@ -706,6 +707,7 @@ fn policy(name: &str, order: Option<f64>, ingress: Vec<Rule>) -> Policy {
         selector: Selector::All,
         explicit_types: false,
         ingress,
+        staged: false,
     }
 }
 
@@ -765,6 +767,36 @@ fn reference_pass_allows_log_continues_and_failsafe_comes_first() {
     assert!(undecided.allowed);
     let ssh = reference::evaluate(&s, &tcp("198.51.100.11", 22));
     assert!(ssh.allowed && ssh.logs.is_empty());
+}
+
+/// Staged policies decide nothing: they log their own view first (`staged:`, Deny always),
+/// and the enforced policies decide as without them.
+#[test]
+fn reference_staged_policies_only_log() {
+    let mut staged_deny = policy(
+        "gate",
+        Some(1.0),
+        vec![
+            from(&["198.51.100.10/32"], Action::Allow),
+            rule(Action::Deny),
+        ],
+    );
+    staged_deny.staged = true;
+    let enforced = policy(
+        "gate",
+        Some(1.0),
+        vec![from(&["198.51.100.11/32"], Action::Deny)],
+    );
+    let s = scenario(vec![staged_deny, enforced]);
+    let allowed_by_staged = reference::evaluate(&s, &tcp("198.51.100.10", 9100));
+    assert!(allowed_by_staged.allowed && allowed_by_staged.logs.is_empty());
+    let both_deny = reference::evaluate(&s, &tcp("198.51.100.11", 9100));
+    assert!(!both_deny.allowed);
+    assert_eq!(both_deny.logs, vec!["DPI1|staged:gate", "DPI0|gate"]);
+    let staged_only = reference::evaluate(&s, &tcp("203.0.113.10", 9100));
+    assert!(staged_only.allowed);
+    assert_eq!(staged_only.logs, vec!["DPI1|staged:gate"]);
+    assert!(s.policy_yaml().contains("kind: StagedGlobalNetworkPolicy"));
 }
 
 /// Tiers run in order, and a `Pass` ends only its own tier: the next tier still decides.

@@ -67,6 +67,8 @@ proptest! {
 struct GeneratedPolicy {
     order: Option<u16>,
     pre_dnat: bool,
+    /// A `StagedGlobalNetworkPolicy` (it only logs).
+    staged: bool,
     rules: Vec<GeneratedRule>,
 }
 
@@ -115,10 +117,12 @@ fn arb_policy() -> impl Strategy<Value = GeneratedPolicy> {
         prop::option::of(0u16..100),
         any::<bool>(),
         prop::collection::vec(arb_rule(), 0..5),
+        prop::bool::weighted(0.25),
     )
-        .prop_map(|(order, pre_dnat, rules)| GeneratedPolicy {
+        .prop_map(|(order, pre_dnat, rules, staged)| GeneratedPolicy {
             order,
             pre_dnat,
+            staged,
             rules,
         })
 }
@@ -136,9 +140,14 @@ fn yaml(policies: &[GeneratedPolicy]) -> String {
         "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: office\n  labels: {role: office}\nspec:\n  nets: [198.51.100.0/24, \"2001:db8:ff::/64\"]\n",
     );
     for (index, policy) in policies.iter().enumerate() {
+        let kind = if policy.staged {
+            "StagedGlobalNetworkPolicy"
+        } else {
+            "GlobalNetworkPolicy"
+        };
         let _ = write!(
             text,
-            "---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p{index}\nspec:\n"
+            "---\napiVersion: projectcalico.org/v3\nkind: {kind}\nmetadata:\n  name: p{index}\nspec:\n"
         );
         if let Some(order) = policy.order {
             let _ = writeln!(text, "  order: {order}");
@@ -263,6 +272,12 @@ proptest! {
         let host = HostFacts::minimal("node1");
         let compiled = compile(&set.model, &Config::default(), &host);
         check_kernel_acceptable(&compiled.ruleset).map_err(TestCaseError::fail)?;
+        // Staged policies' chains never drop.
+        for (_, _, chain) in compiled.ruleset.chains() {
+            if chain.name.starts_with("npg-sp") {
+                prop_assert!(chain.rules.iter().all(|rule| rule.action != Action::Drop), "{}", chain.name);
+            }
+        }
 
         // Deterministic: compiling again gives the same ruleset.
         let again = compile(&set.model, &Config::default(), &host);

@@ -8,11 +8,11 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::output::{established_json, print_cuts, print_established, print_plan};
-use crate::compile::Compiled;
+use crate::compile::{Compiled, PolicyNames, names};
 use crate::counters::{self, AppliedIndex};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
 use crate::facts::HostFacts;
-use crate::model::IpFamily;
+use crate::model::{Direction, IpFamily};
 use crate::plan;
 use crate::policy_set;
 use crate::settings::Settings;
@@ -174,6 +174,48 @@ pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Pr
     })
 }
 
+/// Policies that move between staged and enforced with this plan, in words: a policy the
+/// kernel holds as staged and the plan writes only as enforced is promoted (its Deny rules
+/// will drop; the staged spec replaced an enforced one of its name, or there was none), and
+/// one the kernel enforces and the plan writes only as staged goes back to staged.
+pub fn promotions(names: &PolicyNames, desired: &State, observed: &State) -> Vec<String> {
+    let has = |state: &State, chain: &dyn Fn(&str, Direction) -> String, policy: &str| {
+        [Direction::Ingress, Direction::Egress]
+            .into_iter()
+            .any(|direction| {
+                let name = chain(policy, direction);
+                state
+                    .tables
+                    .values()
+                    .any(|table| table.chains.contains_key(&name))
+            })
+    };
+    let enforced = |policy: &str, direction| names::policy_chain(policy, direction);
+    let staged = |policy: &str, direction| names::staged_policy_chain(policy, direction);
+    let mut lines = Vec::new();
+    for policy in &names.enforced {
+        if has(desired, &enforced, policy)
+            && has(observed, &staged, policy)
+            && !has(desired, &staged, policy)
+        {
+            lines.push(format!(
+                "policy `{policy}`: promoted from staged: its Deny rules now drop"
+            ));
+        }
+    }
+    for policy in &names.staged {
+        if has(desired, &staged, policy)
+            && has(observed, &enforced, policy)
+            && !has(desired, &enforced, policy)
+        {
+            lines.push(format!(
+                "policy `{policy}`: back to staged: its Deny rules no longer drop, they only log"
+            ));
+        }
+    }
+    lines
+}
+
 /// `plan [--detailed-exitcode] [--json] [--out FILE]`.
 pub fn run(
     settings: &Settings,
@@ -193,6 +235,7 @@ pub fn run(
     } else {
         established_cuts(settings, runner, &prepared)
     };
+    let promotions = promotions(&prepared.compiled.names, &prepared.desired, &observed);
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -207,12 +250,16 @@ pub fn run(
             "warnings": warnings,
             "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
             "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
+            "promotions": promotions,
             "plan": changes,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
     } else {
+        for line in &promotions {
+            println!("{line}");
+        }
         print_plan(&changes);
         if let Some(impact) = &cut_off {
             print_cuts(impact);

@@ -299,9 +299,16 @@ impl Report {
 
 /// The counters as a table, one line per policy rule the kernel holds.
 fn print_table(out: &mut impl std::io::Write, rows: &[RuleCounter]) -> std::io::Result<()> {
+    let name = |row: &RuleCounter| {
+        if row.staged {
+            format!("{} (staged)", row.policy)
+        } else {
+            row.policy.clone()
+        }
+    };
     let width = rows
         .iter()
-        .map(|row| row.policy.len())
+        .map(|row| name(row).len())
         .max()
         .unwrap_or(6)
         .max(6);
@@ -314,7 +321,7 @@ fn print_table(out: &mut impl std::io::Write, rows: &[RuleCounter]) -> std::io::
         writeln!(
             out,
             "{:width$}  {:9}  {:>4}  {:>12}  {:>14}  {}",
-            row.policy,
+            name(row),
             row.direction.to_string(),
             row.rule,
             row.packets,

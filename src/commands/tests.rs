@@ -530,3 +530,53 @@ fn a_rollback_says_when_what_it_put_back_had_drifted() {
         }
     });
 }
+
+/// The desired state and policy names of policy text, as `plan` sees them.
+fn desired_of(text: &str) -> (State, crate::compile::PolicyNames) {
+    let mut sources = crate::source::Sources::new();
+    let id = sources.add(crate::source::SourceFile::new("p.yaml", text));
+    let (parsed, _) = crate::load::parse_file(id, sources.get(id));
+    let resources: Vec<_> = parsed.into_iter().map(|r| (id, r)).collect();
+    let (model, diagnostics) = crate::validate::validate(&sources, &resources);
+    assert!(diagnostics.iter().all(|d| !d.is_error()), "{diagnostics:?}");
+    let compiled = crate::compile::compile(
+        &model,
+        &crate::config::Config::default(),
+        &crate::facts::HostFacts::minimal("node-1"),
+    );
+    let desired = crate::dataplane::iptables::NFT.desired(&compiled.ruleset);
+    (desired, compiled.names)
+}
+
+#[test]
+fn plan_says_when_a_policy_is_promoted_from_staged_or_goes_back() {
+    let staged = WHITELIST.replace(
+        "kind: GlobalNetworkPolicy",
+        "kind: StagedGlobalNetworkPolicy",
+    );
+    assert_ne!(staged, WHITELIST);
+    let (enforced_state, enforced_names) = desired_of(WHITELIST);
+    let (staged_state, staged_names) = desired_of(&staged);
+    let (both_state, both_names) = desired_of(&format!("{WHITELIST}---\n{staged}"));
+    let name = enforced_names.enforced.first().expect("a policy").clone();
+    let promoted = format!("policy `{name}`: promoted from staged: its Deny rules now drop");
+    let back =
+        format!("policy `{name}`: back to staged: its Deny rules no longer drop, they only log");
+    // Staged in the kernel, enforced in the files: promoted (with or without an enforced
+    // policy of the name before).
+    for observed in [&staged_state, &both_state] {
+        assert_eq!(
+            plan::promotions(&enforced_names, &enforced_state, observed),
+            std::slice::from_ref(&promoted)
+        );
+    }
+    // Enforced in the kernel, staged only in the files: back to staged.
+    assert_eq!(
+        plan::promotions(&staged_names, &staged_state, &enforced_state),
+        [back]
+    );
+    // Nothing moves: the same state, or a staged twin added next to the enforced policy.
+    assert!(plan::promotions(&both_names, &both_state, &both_state).is_empty());
+    assert!(plan::promotions(&both_names, &both_state, &enforced_state).is_empty());
+    assert!(plan::promotions(&enforced_names, &enforced_state, &State::default()).is_empty());
+}

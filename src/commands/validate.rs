@@ -40,8 +40,18 @@ pub fn run(settings: &Settings, paths: &[PathBuf]) -> ExitCode {
     } else {
         format!(", {tiers} tier{}", plural(tiers))
     };
+    // Staged policies (and staged deletions), when there are any.
+    let staged = set.model.staged_policies().len() + set.model.staged_deletions().len();
+    let staged = if staged == 0 {
+        String::new()
+    } else {
+        format!(
+            " (and {staged} staged polic{})",
+            if staged == 1 { "y" } else { "ies" }
+        )
+    };
     println!(
-        "valid: {} polic{}, {} network set{}, {} host endpoint{}{tiers} in {} file{}",
+        "valid: {} polic{}{staged}, {} network set{}, {} host endpoint{}{tiers} in {} file{}",
         policies,
         if policies == 1 { "y" } else { "ies" },
         set.model.network_sets().len(),

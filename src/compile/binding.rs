@@ -56,6 +56,8 @@ pub struct Binding<'m> {
     normal_out: Vec<&'m Policy>,
     forward_in: Vec<&'m Policy>,
     forward_out: Vec<&'m Policy>,
+    /// The staged policies of each path, indexed like [`Path::ALL`].
+    staged: [Vec<&'m Policy>; 7],
 }
 
 impl Binding<'_> {
@@ -197,7 +199,8 @@ fn assign_by_address(
     }
 }
 
-/// A binding with the policies that select its endpoint, sorted onto the paths they judge.
+/// A binding with the policies that select its endpoint, sorted onto the paths they judge;
+/// staged policies the same way, onto their own lists.
 fn new_binding(model: &Model, interface: Option<String>, endpoint: HostEndpoint) -> Binding<'_> {
     let mut binding = Binding {
         interface,
@@ -209,44 +212,76 @@ fn new_binding(model: &Model, interface: Option<String>, endpoint: HostEndpoint)
         normal_out: Vec::new(),
         forward_in: Vec::new(),
         forward_out: Vec::new(),
+        staged: Default::default(),
     };
     for policy in model.policies() {
         if !policy.selector.matches(&binding.endpoint.labels) {
             continue;
         }
-        let ingress = policy.ingress.is_some();
-        let egress = policy.egress.is_some();
-        match policy.kind {
-            PolicyKind::Untracked => {
-                if ingress {
-                    binding.untracked_in.push(policy);
-                }
-                if egress {
-                    binding.untracked_out.push(policy);
+        for path in paths_of(policy) {
+            binding.policies_mut(path).push(policy);
+        }
+    }
+    for policy in model.staged_policies() {
+        if !policy.selector.matches(&binding.endpoint.labels) {
+            continue;
+        }
+        for path in paths_of(policy) {
+            binding.staged[path as usize].push(policy);
+        }
+    }
+    binding
+}
+
+/// The paths a policy judges, by its kind, directions and `applyOnForward`.
+fn paths_of(policy: &Policy) -> Vec<Path> {
+    let ingress = policy.ingress.is_some();
+    let egress = policy.egress.is_some();
+    let mut paths = Vec::new();
+    match policy.kind {
+        PolicyKind::Untracked => {
+            if ingress {
+                paths.push(Path::UntrackedIn);
+            }
+            if egress {
+                paths.push(Path::UntrackedOut);
+            }
+        }
+        PolicyKind::PreDnat => {
+            if ingress {
+                paths.push(Path::PreDnatIn);
+            }
+        }
+        PolicyKind::Normal => {
+            if ingress {
+                paths.push(Path::NormalIn);
+                if policy.apply_on_forward {
+                    paths.push(Path::ForwardIn);
                 }
             }
-            PolicyKind::PreDnat => {
-                if ingress {
-                    binding.pre_dnat_in.push(policy);
-                }
-            }
-            PolicyKind::Normal => {
-                if ingress {
-                    binding.normal_in.push(policy);
-                    if policy.apply_on_forward {
-                        binding.forward_in.push(policy);
-                    }
-                }
-                if egress {
-                    binding.normal_out.push(policy);
-                    if policy.apply_on_forward {
-                        binding.forward_out.push(policy);
-                    }
+            if egress {
+                paths.push(Path::NormalOut);
+                if policy.apply_on_forward {
+                    paths.push(Path::ForwardOut);
                 }
             }
         }
     }
-    binding
+    paths
+}
+
+impl<'m> Binding<'m> {
+    fn policies_mut(&mut self, path: Path) -> &mut Vec<&'m Policy> {
+        match path {
+            Path::UntrackedIn => &mut self.untracked_in,
+            Path::UntrackedOut => &mut self.untracked_out,
+            Path::PreDnatIn => &mut self.pre_dnat_in,
+            Path::NormalIn => &mut self.normal_in,
+            Path::NormalOut => &mut self.normal_out,
+            Path::ForwardIn => &mut self.forward_in,
+            Path::ForwardOut => &mut self.forward_out,
+        }
+    }
 }
 
 /// A warning about one endpoint, pointing at its file when it has one.
@@ -257,7 +292,8 @@ pub(crate) fn endpoint_warning(endpoint: &HostEndpoint, message: String) -> Diag
     }
 }
 
-/// The kinds of traffic an endpoint chain judges.
+/// The kinds of traffic an endpoint chain judges, in the order of [`Path::ALL`] (their
+/// discriminants index a binding's staged lists).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     /// Untracked (doNotTrack) ingress policy, raw PREROUTING.
@@ -329,10 +365,22 @@ impl Path {
         }
     }
 
-    /// Whether this endpoint needs a chain on this path: policies apply, or (for the host's
-    /// own traffic) the endpoint has no allow-all profile, so Calico's default deny applies
-    /// even without policy.
+    /// The staged policies of this path, in evaluation order.
+    pub fn staged<'b, 'm>(self, binding: &'b Binding<'m>) -> &'b [&'m Policy] {
+        &binding.staged[self as usize]
+    }
+
+    /// Whether this endpoint needs a chain on this path: policies (enforced or staged) apply,
+    /// or (for the host's own traffic) the endpoint has no allow-all profile, so Calico's
+    /// default deny applies even without policy.
     pub fn needed(self, binding: &Binding<'_>) -> bool {
+        self.enforced(binding) || !self.staged(binding).is_empty()
+    }
+
+    /// Whether this endpoint's chain on this path decides anything: enforced policies apply,
+    /// or the endpoint has no allow-all profile. A chain that only staged policies need must
+    /// not drop anything, not even what conntrack finds invalid.
+    pub fn enforced(self, binding: &Binding<'_>) -> bool {
         !self.policies(binding).is_empty()
             || (matches!(self, Path::NormalIn | Path::NormalOut) && !binding.endpoint.default_allow)
     }
@@ -372,6 +420,23 @@ pub(crate) fn policy_warnings(
                 policy.origin.span,
                 format!(
                     "policy `{}` selects no host endpoint of node `{}`: it has no effect here",
+                    policy.name, host.node_name
+                ),
+            ));
+        }
+    }
+    let staged_used: std::collections::HashSet<&str> = bindings
+        .iter()
+        .flat_map(|binding| Path::ALL.iter().flat_map(move |path| path.staged(binding)))
+        .map(|policy| policy.name.as_str())
+        .collect();
+    for policy in model.staged_policies() {
+        if !staged_used.contains(policy.name.as_str()) {
+            warnings.push(Diagnostic::warning(
+                policy.origin.file,
+                policy.origin.span,
+                format!(
+                    "staged policy `{}` selects no host endpoint of node `{}`: it logs nothing here",
                     policy.name, host.node_name
                 ),
             ));

@@ -70,10 +70,13 @@ impl Compiler<'_> {
         bindings: &[Binding<'_>],
     ) {
         let needs = |path: Path| bindings.iter().any(|binding| path.needed(binding));
+        let enforces = |path: Path| bindings.iter().any(|binding| path.enforced(binding));
         let raw_in = needs(Path::UntrackedIn);
         let raw_out = needs(Path::UntrackedOut);
         let mangle_in = needs(Path::PreDnatIn);
-        let accepted_earlier_in = raw_in || mangle_in;
+        // Only enforced policy accepts: staged policies clear the accept bit they set.
+        let accepted_earlier_in = enforces(Path::UntrackedIn) || enforces(Path::PreDnatIn);
+        let accepted_earlier_out = enforces(Path::UntrackedOut);
         if raw_in || raw_out {
             let builder = builders.entry(Table::Raw).or_default();
             if raw_in {
@@ -114,14 +117,20 @@ impl Compiler<'_> {
                 "PREROUTING",
                 TopChain {
                     conntrack: true,
-                    honour_accept: raw_in,
+                    honour_accept: enforces(Path::UntrackedIn),
                     self_traffic: Some(Side::Source),
                     dispatch: vec![Path::PreDnatIn.dispatch_chain()],
                 },
             );
         }
         if let Some(builder) = builders.get_mut(&Table::Filter) {
-            self.filter_top_chains(builder, sets, own_addresses, accepted_earlier_in, raw_out);
+            self.filter_top_chains(
+                builder,
+                sets,
+                own_addresses,
+                accepted_earlier_in,
+                accepted_earlier_out,
+            );
         }
     }
 

@@ -1,7 +1,7 @@
 //! One endpoint's chain on one path, as in Felix's `endpoints.go`: drop what conntrack finds
-//! invalid, run the failsafe chain, clear the accept and pass bits, then tier by tier: clear the
-//! pass bit, jump to each policy of the tier, end the tier with its default action; and end the
-//! chain with the profile's verdict.
+//! invalid, run the failsafe chain, the staged policies (`staged`, which decide nothing), clear
+//! the accept and pass bits, then tier by tier: clear the pass bit, jump to each policy of the
+//! tier, end the tier with its default action; and end the chain with the profile's verdict.
 
 use super::binding::{Binding, Path};
 use super::rules::{self, clear_bits, mark_clear, mark_set, set_bit};
@@ -28,7 +28,8 @@ impl Compiler<'_> {
         if matches!(
             path,
             Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        ) {
+        ) && path.enforced(binding)
+        {
             rules.push(
                 Rule::new(vec![Match::Conntrack(CtState::Invalid)], Action::Drop)
                     .comment("drop packets conntrack finds invalid"),
@@ -42,6 +43,8 @@ impl Compiler<'_> {
                     .comment("allowed as a failsafe port"),
             );
         }
+        // Staged policies log what they would do, and clear every bit they used.
+        rules.extend(self.staged_section(family, path, binding, builder, sets));
         rules.push(Rule::new(Vec::new(), clear_bits(marks.accept | marks.pass)));
         // Tier by tier (the policies come in tier order): clear the pass bit, the tier's
         // policies, and for normal policy the tier's end.

@@ -25,7 +25,8 @@
 //! The modules follow the seams of Felix's `felix/rules`: `binding` picks the host endpoints
 //! of this host, their interfaces and policies; `dispatch` writes the top-level and dispatch
 //! chains (`dispatch.go`, `static.go`); `endpoints` one endpoint's chain (`endpoints.go`);
-//! `policy` one policy's chain (`policy.go`); [`rules`] one policy rule's kernel rules.
+//! `policy` one policy's chain (`policy.go`); [`rules`] one policy rule's kernel rules;
+//! `staged` the section of an endpoint chain that evaluates staged policies (log only).
 
 pub mod binding;
 mod dispatch;
@@ -34,6 +35,7 @@ pub mod names;
 mod policy;
 pub mod rules;
 pub mod sets;
+mod staged;
 
 use std::collections::BTreeMap;
 
@@ -56,6 +58,18 @@ pub struct Compiled {
     pub ruleset: Ruleset,
     /// Things the operator should know before applying, in words.
     pub warnings: Vec<Diagnostic>,
+    /// The names of the enforced and the staged policies compiled.
+    pub names: PolicyNames,
+}
+
+/// The names of the policies of a compiled set, enforced and staged (`stagedAction: Set`), so
+/// `plan` can tell when a policy moves from one to the other.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyNames {
+    /// Enforced policies.
+    pub enforced: std::collections::BTreeSet<String>,
+    /// Staged policies.
+    pub staged: std::collections::BTreeSet<String>,
 }
 
 /// The chains of one table being built.
@@ -99,6 +113,7 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     let bindings = bind(model, endpoints, host, &mut warnings);
     policy_warnings(model, &bindings, host, &mut warnings);
     default_deny_warnings(&bindings, config, &mut warnings);
+    staged::deletion_notes(model, &mut warnings);
 
     let mut families = Vec::new();
     for family in host.families() {
@@ -133,6 +148,14 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     Compiled {
         ruleset: Ruleset { marks, families },
         warnings,
+        names: PolicyNames {
+            enforced: model.policies().iter().map(|p| p.name.clone()).collect(),
+            staged: model
+                .staged_policies()
+                .iter()
+                .map(|p| p.name.clone())
+                .collect(),
+        },
     }
 }
 
@@ -196,5 +219,7 @@ impl Compiler<'_> {
     }
 }
 
+#[cfg(test)]
+mod staged_tests;
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,16 @@ pub fn policy_chain(policy: &str, direction: Direction) -> String {
     length_limited(prefix, policy, MAX_CHAIN_NAME)
 }
 
+/// The chain of a staged policy's rules for one direction: `npg-spi-<name>` /
+/// `npg-spo-<name>`, distinct from the enforced policy of the same name's.
+pub fn staged_policy_chain(policy: &str, direction: Direction) -> String {
+    let prefix = match direction {
+        Direction::Ingress => "npg-spi-",
+        Direction::Egress => "npg-spo-",
+    };
+    length_limited(prefix, policy, MAX_CHAIN_NAME)
+}
+
 /// Token standing for "every interface" in endpoint chain names. It is longer than any
 /// interface name may be (15), so it cannot collide with one.
 pub const ALL_INTERFACES: &str = "all-interfaces.any";
@@ -123,6 +133,25 @@ mod tests {
         ] {
             assert!(endpoint_chain(kind, None).len() <= MAX_CHAIN_NAME);
             assert!(endpoint_chain(kind, Some("abcdefghijklmno")).len() <= MAX_CHAIN_NAME);
+        }
+    }
+
+    #[test]
+    fn staged_chains_differ_from_enforced_ones() {
+        assert_eq!(
+            staged_policy_chain("office-only", Direction::Ingress),
+            "npg-spi-office-only"
+        );
+        assert_eq!(
+            staged_policy_chain("office-only", Direction::Egress),
+            "npg-spo-office-only"
+        );
+        let long = "allow-cluster-nodeport-only";
+        for direction in [Direction::Ingress, Direction::Egress] {
+            let staged = staged_policy_chain(long, direction);
+            assert_eq!(staged.len(), MAX_CHAIN_NAME);
+            assert!(staged.starts_with("npg-sp"), "{staged}");
+            assert_ne!(staged, policy_chain(long, direction));
         }
     }
 

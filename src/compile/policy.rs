@@ -29,7 +29,7 @@ impl Compiler<'_> {
         let direction = path.direction();
         let mut jumps = Vec::new();
         for policy in policies {
-            let chain = self.policy_chain(family, policy, direction, builder, sets);
+            let chain = self.policy_chain(family, policy, direction, false, builder, sets);
             jumps.extend(self.gated_jump(chain, untracked));
         }
         if policies.len() <= POLICIES_PER_CHAIN {
@@ -73,16 +73,22 @@ impl Compiler<'_> {
         rules
     }
 
-    /// The chain of one policy in one direction, built once per table; returns its name.
-    fn policy_chain(
+    /// The chain of one policy (enforced, or `staged`) in one direction, built once per
+    /// table; returns its name.
+    pub(super) fn policy_chain(
         &self,
         family: IpFamily,
         policy: &Policy,
         direction: Direction,
+        staged: bool,
         builder: &mut TableBuilder,
         sets: &mut SetRegistry<'_>,
     ) -> String {
-        let name = names::policy_chain(&policy.name, direction);
+        let name = if staged {
+            names::staged_policy_chain(&policy.name, direction)
+        } else {
+            names::policy_chain(&policy.name, direction)
+        };
         if builder.has(&name) {
             return name;
         }
@@ -93,6 +99,7 @@ impl Compiler<'_> {
             direction,
             log_actions: &self.config.log_actions,
             nflog_group: self.nflog_group(direction),
+            staged,
         };
         let mut rules: Vec<Rule> = policy
             .rules(direction)

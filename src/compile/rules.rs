@@ -37,6 +37,15 @@ pub struct RuleContext<'a> {
     pub log_actions: &'a BTreeSet<model::Action>,
     /// The NFLOG group of this direction.
     pub nflog_group: u16,
+    /// Whether the policy is staged: its Deny logs (always) and returns instead of dropping,
+    /// and its prefixes and comments say `staged`.
+    pub staged: bool,
+}
+
+/// The policy-name part of a staged policy's NFLOG prefix, `staged:<policy>` (or
+/// `staged:<tier>` for a staged tier's end).
+pub fn staged_name(name: &str) -> String {
+    format!("staged:{name}")
 }
 
 /// Calico's NFLOG prefix, `<A|D|P|L>P<I|E><index>|<policy>`, shortened as Felix shortens it
@@ -173,7 +182,7 @@ pub fn compile_rule(
 
 impl<'r, 'c> RuleScope<'r, 'c> {
     fn new(rule: &'r model::Rule, index: usize, context: &'r RuleContext<'c>) -> Self {
-        let comment = rule_comment(
+        let mut comment = rule_comment(
             context.policy,
             context.direction,
             index,
@@ -183,6 +192,9 @@ impl<'r, 'c> RuleScope<'r, 'c> {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect::<Vec<_>>(),
         );
+        if context.staged {
+            comment.insert_str(0, "staged ");
+        }
         RuleScope {
             rule,
             index,
@@ -195,7 +207,8 @@ impl<'r, 'c> RuleScope<'r, 'c> {
     /// `<side>.<field>`).
     fn set_identity(&self, what: &str) -> String {
         format!(
-            "{}/{}/{}/{what}/{}",
+            "{}{}/{}/{}/{what}/{}",
+            if self.context.staged { "staged:" } else { "" },
             self.context.policy,
             self.context.direction,
             self.index,
@@ -300,8 +313,11 @@ impl<'r, 'c> RuleScope<'r, 'c> {
     ) -> String {
         let word = side_word(side);
         let purpose = format!(
-            "{word} {what} of policy {} {} rule {}",
-            self.context.policy, self.context.direction, self.index
+            "{word} {what} of {}policy {} {} rule {}",
+            if self.context.staged { "staged " } else { "" },
+            self.context.policy,
+            self.context.direction,
+            self.index
         );
         sets.nets(
             &self.set_identity(&format!("{word}.{what}")),
@@ -426,6 +442,11 @@ impl<'r, 'c> RuleScope<'r, 'c> {
                 logs(model::Action::Pass),
                 Action::Return,
             ),
+            // A staged Deny always logs (that is what it is for) and drops nothing: it sets
+            // the drop bit, which ends the staged evaluation, and returns.
+            model::Action::Deny if self.context.staged => {
+                self.verdict(main, marks.drop, 'D', true, Action::Return)
+            }
             model::Action::Deny => self.verdict(
                 main,
                 marks.drop,
@@ -461,20 +482,21 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             policy: self.context.policy.to_owned(),
             direction: self.context.direction,
             rule_index: self.index,
+            staged: self.context.staged,
         });
         rule
     }
 
     /// The NFLOG action of this rule with the letter of its action.
     fn log(&self, letter: char) -> Action {
+        let name = if self.context.staged {
+            staged_name(self.context.policy)
+        } else {
+            self.context.policy.to_owned()
+        };
         Action::Nflog {
             group: self.context.nflog_group,
-            prefix: nflog_prefix(
-                letter,
-                self.context.direction,
-                Some(self.index),
-                self.context.policy,
-            ),
+            prefix: nflog_prefix(letter, self.context.direction, Some(self.index), &name),
         }
     }
 }

@@ -153,8 +153,15 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
     );
     let labels = |counter: &RuleCounter| {
         format!(
-            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\"}}",
-            counter.policy, counter.direction, counter.rule
+            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\"{}}}",
+            counter.policy,
+            counter.direction,
+            counter.rule,
+            if counter.staged {
+                ",staged=\"true\""
+            } else {
+                ""
+            }
         )
     };
     metric(
@@ -302,6 +309,7 @@ mod tests {
                 packets: 5,
                 bytes: 300,
                 in_kernel: crate::counters::Presence::Yes,
+                staged: false,
             }],
         );
         assert!(text.contains("# TYPE nodeport_guard_reloads_total counter\n"));

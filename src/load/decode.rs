@@ -169,9 +169,9 @@ impl<'de> Visitor<'de> for ResourceVisitor<'_, '_> {
 /// Decodes the value of `spec` as the spec of `kind` (a kind that is not a list).
 fn next_spec<'de, A: MapAccess<'de>>(map: &mut A, kind: Kind) -> Result<Sp<RawSpec>, A::Error> {
     Ok(match kind {
-        Kind::GlobalNetworkPolicy => {
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
             let spec = map.next_value::<Sp<RawPolicySpec>>()?;
-            Sp::new(RawSpec::Policy(spec.value), spec.span)
+            Sp::new(RawSpec::Policy(Box::new(spec.value)), spec.span)
         }
         Kind::GlobalNetworkSet => {
             let spec = map.next_value::<Sp<RawNetworkSetSpec>>()?;

@@ -288,8 +288,8 @@ fn plan_resource(
 fn unknown_kind(file: FileId, span: Span, written: &str) -> Diagnostic {
     let diagnostic = Diagnostic::error(file, span, format!("unknown kind `{written}`"));
     let help = match written {
-        "NetworkPolicy" | "StagedNetworkPolicy" | "StagedGlobalNetworkPolicy" => {
-            "namespaced and staged policies apply to workloads, not hosts; write `kind: GlobalNetworkPolicy`".to_owned()
+        "NetworkPolicy" | "StagedNetworkPolicy" | "StagedKubernetesNetworkPolicy" => {
+            "namespaced policies apply to workloads, not hosts; write `kind: GlobalNetworkPolicy` (or `StagedGlobalNetworkPolicy` to audit it first)".to_owned()
         }
         "NetworkSet" => "namespaced network sets apply to workloads; write `kind: GlobalNetworkSet`".to_owned(),
         _ => match Kind::ALL

@@ -17,6 +17,7 @@ pub mod impact;
 mod matching;
 mod report;
 pub mod revoke;
+mod staged;
 
 use std::net::IpAddr;
 
@@ -221,6 +222,10 @@ impl Tracer<'_> {
         self.bindings.iter().any(|binding| path.needed(binding))
     }
 
+    fn enforced(&self, path: Path) -> bool {
+        self.bindings.iter().any(|binding| path.enforced(binding))
+    }
+
     /// One hooked kernel chain; `None` when nodeport-guard has no chain there.
     fn stage(&mut self, hook: &Hook) -> Option<Stage> {
         if !hook.paths.iter().any(|path| self.needed(*path)) {
@@ -248,7 +253,11 @@ impl Tracer<'_> {
             );
             return Some(self.finish_stage(hook, steps));
         }
-        let honour_accept = hook.accepted_earlier.iter().any(|path| self.needed(*path));
+        // Only enforced policy accepts: staged policies clear the accept bit they set.
+        let honour_accept = hook
+            .accepted_earlier
+            .iter()
+            .any(|path| self.enforced(*path));
         if honour_accept && self.bits & self.marks.accept != 0 {
             steps.push(chain_step(
                 Step::new(
@@ -393,7 +402,7 @@ impl Tracer<'_> {
             Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
         );
         let direction = path.direction();
-        if normal && self.packet.state == ConnState::Invalid {
+        if normal && path.enforced(binding) && self.packet.state == ConnState::Invalid {
             steps.push(chain_step(
                 Step::new("invalid", 1, "conntrack finds the packet invalid: dropped"),
                 chain,
@@ -425,6 +434,7 @@ impl Tracer<'_> {
             self.decide(Outcome::Allowed, at, "allowed: a failsafe port", None);
             return ChainEnd::Returned;
         }
+        self.staged_pass(path, binding, chain, steps);
         self.bits &= !(self.marks.accept | self.marks.pass);
         let policies = path.policies(binding);
         for tier_policies in policies.chunk_by(|a, b| a.tier == b.tier) {

@@ -287,3 +287,21 @@ fn a_change_names_the_sources_it_cuts_off_and_not_those_it_lets_in() {
     let unchanged = impact::cuts(&before, &before, &Config::default(), &golden_host());
     assert!(unchanged.cuts.is_empty());
 }
+
+#[test]
+fn a_staged_deny_logs_what_it_would_do_and_changes_no_verdict() {
+    let staged = WHITELIST
+        .replace(
+            "kind: GlobalNetworkPolicy",
+            "kind: StagedGlobalNetworkPolicy",
+        )
+        .replace("name: nodeport-whitelist", "name: stricter")
+        .replace("203.0.113.0/28", "203.0.113.0/30");
+    let yaml = format!("{WHITELIST}---\n{staged}");
+    // 203.0.113.5 is in the enforced whitelist, not in the staged one.
+    let traced = run(&yaml, &tcp("203.0.113.5", 30008));
+    assert_eq!(traced.verdict.outcome, Outcome::Allowed);
+    assert_eq!(traced.verdict.policy.as_deref(), Some("nodeport-whitelist"));
+    let prefixes: Vec<&str> = traced.logs.iter().map(|l| l.prefix.as_str()).collect();
+    assert_eq!(prefixes, vec!["DPI1|staged:stricter"]);
+}

@@ -1,6 +1,7 @@
 //! Validation: raw resources in, a [`Model`] and every diagnostic out.
 //!
-//! The rules are calicoctl's (Calico v3.30's validator) for `GlobalNetworkPolicy`,
+//! The rules are calicoctl's (Calico v3.30's validator) for `GlobalNetworkPolicy` (and
+//! `StagedGlobalNetworkPolicy`, in `staged`),
 //! `GlobalNetworkSet` and `HostEndpoint`, plus the rejection of fields that only make sense for
 //! workloads. Messages are this tool's own: each points at the offending value, says what is
 //! wrong in one sentence and, where it can, what to write instead. Where the checks differ from
@@ -21,7 +22,9 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::{DEFAULT_TIER, HostEndpoint, Model, NetworkSet, Policy, Tier};
+use crate::model::{
+    DEFAULT_TIER, HostEndpoint, Model, NetworkSet, Origin, Policy, StagedDeletion, Tier,
+};
 use crate::source::{FileId, Sources};
 use crate::spec::{
     Kind, RawHostEndpointSpec, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec, RawTierSpec,
@@ -34,6 +37,7 @@ mod host_endpoint;
 mod network_set;
 mod policy;
 mod rules;
+mod staged;
 #[cfg(test)]
 mod tests;
 mod tier;
@@ -46,6 +50,7 @@ use envelope::{check_api_version, check_duplicate, check_metadata};
 use host_endpoint::check_host_endpoint;
 use network_set::check_network_set;
 use policy::check_policy;
+use staged::{Staged, check_staged_policy};
 use tier::check_tier;
 
 /// Longest resource name, node name or label-key prefix (RFC 1123 subdomain), in bytes.
@@ -79,6 +84,7 @@ pub fn validate(
     let mut diagnostics = Vec::new();
     let (mut policies, mut network_sets, mut host_endpoints) = (Vec::new(), Vec::new(), Vec::new());
     let mut tiers = Vec::new();
+    let (mut staged, mut staged_deletions) = (Vec::new(), Vec::new());
     let mut first_definitions = HashMap::new();
     for (file, resource) in resources {
         let mut checker = Checker {
@@ -98,6 +104,8 @@ pub fn validate(
             Some(Checked::NetworkSet(set)) => network_sets.push(set),
             Some(Checked::HostEndpoint(endpoint)) => host_endpoints.push(endpoint),
             Some(Checked::Tier(tier)) => tiers.push(tier),
+            Some(Checked::Staged(Staged::Set(policy))) => staged.push(policy),
+            Some(Checked::Staged(Staged::Delete(deletion))) => staged_deletions.push(deletion),
             None => {}
         }
     }
@@ -106,14 +114,19 @@ pub fn validate(
     }
     sort_tiers(&mut tiers);
     check_policy_tiers(&policies, &tiers, &mut diagnostics);
+    check_policy_tiers(&staged, &tiers, &mut diagnostics);
+    check_deletion_tiers(&staged_deletions, &tiers, &mut diagnostics);
     sort_resources(
         &tiers,
         &mut policies,
         &mut network_sets,
         &mut host_endpoints,
     );
+    sort_resources(&tiers, &mut staged, &mut [], &mut []);
+    staged_deletions.sort_by(|a, b| a.name.cmp(&b.name));
     crate::diagnostic::sort(&mut diagnostics);
-    let model = Model::from_checked(tiers, policies, network_sets, host_endpoints);
+    let model = Model::from_checked(tiers, policies, network_sets, host_endpoints)
+        .with_staged(staged, staged_deletions);
     (model, diagnostics)
 }
 
@@ -131,26 +144,52 @@ fn sort_tiers(tiers: &mut [Tier]) {
 /// A policy's tier must exist: declared by a `Tier` of the policy files, or `default`.
 fn check_policy_tiers(policies: &[Policy], tiers: &[Tier], diagnostics: &mut Vec<Diagnostic>) {
     for policy in policies {
-        if tiers.iter().any(|tier| tier.name == policy.tier) {
-            continue;
-        }
         let origin = policy.tier_origin.unwrap_or(policy.origin);
-        diagnostics.push(
+        check_tier_exists(&policy.name, &policy.tier, origin, tiers, diagnostics);
+    }
+}
+
+/// A staged deletion's tier must exist too, as Calico's does.
+fn check_deletion_tiers(
+    deletions: &[StagedDeletion],
+    tiers: &[Tier],
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    for deletion in deletions {
+        check_tier_exists(
+            &deletion.name,
+            &deletion.tier,
+            deletion.origin,
+            tiers,
+            diagnostics,
+        );
+    }
+}
+
+fn check_tier_exists(
+    name: &str,
+    tier: &str,
+    origin: Origin,
+    tiers: &[Tier],
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if tiers.iter().any(|known| known.name == tier) {
+        return;
+    }
+    diagnostics.push(
             Diagnostic::error(
                 origin.file,
                 origin.span,
                 format!(
-                    "the policy `{}` is in tier `{}`, which no `Tier` of the policy files declares",
-                    policy.name,
-                    values::shown(&policy.tier)
+                    "the policy `{name}` is in tier `{}`, which no `Tier` of the policy files declares",
+                    values::shown(tier)
                 ),
             )
             .with_help(format!(
                 "add a `kind: Tier` named `{}` (with its `order`), or write the policy's tier as it is declared",
-                values::shown(&policy.tier)
+                values::shown(tier)
             )),
         );
-    }
 }
 
 /// Puts policies in evaluation order (tier by tier) and the other resources in name order.
@@ -189,6 +228,7 @@ enum Checked {
     NetworkSet(NetworkSet),
     HostEndpoint(HostEndpoint),
     Tier(Tier),
+    Staged(Staged),
 }
 
 fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
@@ -203,6 +243,12 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
         (Kind::GlobalNetworkPolicy, _) => {
             // Calico's defaults: all(), `types: [Ingress]`, no rules.
             check_policy(checker, identity, &RawPolicySpec::default()).map(Checked::Policy)
+        }
+        (Kind::StagedGlobalNetworkPolicy, Some((RawSpec::Policy(spec), _))) => {
+            check_staged_policy(checker, identity, spec).map(Checked::Staged)
+        }
+        (Kind::StagedGlobalNetworkPolicy, _) => {
+            check_staged_policy(checker, identity, &RawPolicySpec::default()).map(Checked::Staged)
         }
         (Kind::GlobalNetworkSet, Some((RawSpec::NetworkSet(spec), _))) => {
             check_network_set(checker, identity, spec).map(Checked::NetworkSet)

@@ -1,9 +1,10 @@
-//! `GlobalNetworkPolicy`: tier, order, selector, types and the policy kind.
+//! `GlobalNetworkPolicy` (and a staged one's spec): tier, order, selector, types and the
+//! policy kind.
 
 use crate::model::{DEFAULT_TIER, Policy, PolicyKind};
 use crate::selector::Selector;
 use crate::source::Span;
-use crate::spec::{RawPolicySpec, RawRule, Sp};
+use crate::spec::{Kind, RawPolicySpec, RawRule, Sp};
 
 use super::checker::{Checker, Problem};
 use super::entity::check_selector;
@@ -44,6 +45,15 @@ pub(super) fn check_policy(
         Some(selector) => check_selector(checker, selector),
         None => Some(Selector::all()),
     };
+    if let Some(action) = &spec.staged_action
+        && checker.resource.kind.value == Kind::GlobalNetworkPolicy
+    {
+        checker.error_help(
+            action.span,
+            "`stagedAction` belongs to a `StagedGlobalNetworkPolicy`",
+            "remove `stagedAction`, or write `kind: StagedGlobalNetworkPolicy` to audit the policy before enforcing it",
+        );
+    }
     if let Some(hints) = &spec.performance_hints {
         check_performance_hints(checker, &hints.value);
     }
@@ -93,7 +103,7 @@ pub(super) fn check_policy(
 }
 
 /// Calico's rules for a policy's name beyond a subdomain's: the shape, then the tier prefix.
-fn check_policy_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
+pub(super) fn check_policy_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
     match policy_name_problem(name) {
         Some(problem) => {
             let span = checker

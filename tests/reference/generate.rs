@@ -490,7 +490,20 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
             selector,
             explicit_types: rng.chance(30),
             ingress: rules,
+            staged: rng.chance(20),
         });
+        // Sometimes a staged change to an enforced policy: a staged twin of the same name.
+        let last = scenario.policies.last().cloned();
+        if let Some(enforced) = last.filter(|p| !p.staged)
+            && rng.chance(15)
+        {
+            let ingress = (0..rng.below(5)).map(|_| random_rule(rng, &pool)).collect();
+            scenario.policies.push(Policy {
+                staged: true,
+                ingress,
+                ..enforced
+            });
+        }
     }
     scenario
 }

@@ -339,6 +339,10 @@ pub struct Policy {
     pub explicit_types: bool,
     /// `ingress`.
     pub ingress: Vec<Rule>,
+    /// A `StagedGlobalNetworkPolicy`: judged in a pass of its own before the enforced
+    /// policies, logging as `<A|D|P|L>PI<n>|staged:<name>` (Deny and Log always), deciding
+    /// nothing.
+    pub staged: bool,
 }
 
 /// A Tier.
@@ -564,25 +568,57 @@ pub fn evaluate(scenario: &Scenario, packet: &Packet) -> Verdict {
             reason: format!("failsafe {}/{}", packet.proto, packet.dport),
         };
     }
-    let logged = |action: Action| scenario.config.log_actions.contains(&action);
     let mut logs = Vec::new();
+    let policies = ordered_policies(scenario);
+    // The staged pass: its verdict is only logged.
+    let staged: Vec<&Policy> = policies.iter().copied().filter(|p| p.staged).collect();
+    let _ = judge(scenario, &staged, packet, true, &mut logs);
+    let enforced: Vec<&Policy> = policies.iter().copied().filter(|p| !p.staged).collect();
+    match judge(scenario, &enforced, packet, false, &mut logs) {
+        Some((allowed, reason)) => Verdict {
+            allowed,
+            logs,
+            reason,
+        },
+        None => Verdict {
+            allowed: true,
+            logs,
+            reason: "no policy decided (pre-DNAT has no default deny)".into(),
+        },
+    }
+}
+
+/// Runs `policies` (in evaluation order) on `packet`, appending what they log; the deciding
+/// rule's verdict (allowed?) and reason, if one decided. Staged policies log with `staged:`
+/// before the name, and their Deny always logs.
+fn judge(
+    scenario: &Scenario,
+    policies: &[&Policy],
+    packet: &Packet,
+    staged: bool,
+    logs: &mut Vec<String>,
+) -> Option<(bool, String)> {
+    let logged = |action: Action| {
+        scenario.config.log_actions.contains(&action) || (staged && action == Action::Deny)
+    };
     // The tier a `Pass` ended: its remaining policies are skipped.
     let mut passed: Option<&str> = None;
-    for policy in ordered_policies(scenario) {
+    for policy in policies {
         if passed == Some(policy.tier.as_str()) {
             continue;
         }
         passed = None;
+        let name = if staged {
+            format!("staged:{}", policy.name)
+        } else {
+            policy.name.clone()
+        };
         for (index, rule) in policy.ingress.iter().enumerate() {
             if !rule_matches(scenario, rule, packet) {
                 continue;
             }
-            let prefix = format!("{}PI{index}|{}", rule.action.letter(), policy.name);
-            let reason = format!(
-                "{} by rule {index} of `{}`",
-                rule.action.as_str(),
-                policy.name
-            );
+            let prefix = format!("{}PI{index}|{name}", rule.action.letter());
+            let reason = format!("{} by rule {index} of `{name}`", rule.action.as_str());
             match rule.action {
                 Action::Log => logs.push(prefix),
                 Action::Pass => {
@@ -596,20 +632,12 @@ pub fn evaluate(scenario: &Scenario, packet: &Packet) -> Verdict {
                     if logged(rule.action) {
                         logs.push(prefix);
                     }
-                    return Verdict {
-                        allowed: rule.action != Action::Deny,
-                        logs,
-                        reason,
-                    };
+                    return Some((rule.action != Action::Deny, reason));
                 }
             }
         }
     }
-    Verdict {
-        allowed: true,
-        logs,
-        reason: "no policy decided (pre-DNAT has no default deny)".into(),
-    }
+    None
 }
 
 /// Whether the rule exists in `family` (see the module docs).
@@ -750,7 +778,12 @@ impl Policy {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {}\nspec:",
+            "apiVersion: projectcalico.org/v3\nkind: {}\nmetadata:\n  name: {}\nspec:",
+            if self.staged {
+                "StagedGlobalNetworkPolicy"
+            } else {
+                "GlobalNetworkPolicy"
+            },
             self.name
         );
         if let Some(order) = self.order {

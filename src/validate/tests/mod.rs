@@ -122,4 +122,5 @@ mod network_set;
 mod policy;
 mod robustness;
 mod rules;
+mod staged;
 mod values;
