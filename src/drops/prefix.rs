@@ -345,6 +345,63 @@ impl Resolver {
                 }
             }
         }
+        // Staged policies: a Deny always logs, the rest as `logActions` says; their tiers' ends
+        // as `DPI|staged:<tier>` (always) and `PPI|staged:<tier>` (when Pass logs).
+        let mut staged_tiers: BTreeSet<&str> = BTreeSet::new();
+        for policy in model.staged_policies() {
+            staged_tiers.insert(&policy.tier);
+            let name = crate::compile::rules::staged_name(&policy.name);
+            for direction in [Direction::Ingress, Direction::Egress] {
+                for (index, rule) in policy
+                    .rules(direction)
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                {
+                    let always = matches!(rule.action, model::Action::Log | model::Action::Deny);
+                    if !always && !logs.contains(&rule.action) {
+                        continue;
+                    }
+                    let action = LoggedAction::of_rule(rule.action);
+                    known.insert(
+                        nflog_prefix(action.letter(), direction, Some(index), &name),
+                        Verdict::Rule {
+                            policy: policy.name.clone(),
+                            tier: Some(policy.tier.clone()),
+                            direction,
+                            rule: index,
+                            action,
+                            staged: true,
+                        },
+                    );
+                }
+            }
+        }
+        for tier in staged_tiers {
+            let name = crate::compile::rules::staged_name(tier);
+            let passes = model
+                .tier(tier)
+                .is_some_and(|t| t.default_action == model::TierAction::Pass);
+            let action = if passes {
+                LoggedAction::Pass
+            } else {
+                LoggedAction::Deny
+            };
+            if passes && !logs.contains(&model::Action::Pass) {
+                continue;
+            }
+            for direction in [Direction::Ingress, Direction::Egress] {
+                known.insert(
+                    nflog_prefix(action.letter(), direction, None, &name),
+                    Verdict::EndOfTier {
+                        tier: tier.to_owned(),
+                        direction,
+                        action,
+                        staged: true,
+                    },
+                );
+            }
+        }
         for tier in tiers {
             // A tier ends in its default action: a drop (`DP…|tier`) or a pass (`PP…|tier`).
             let passes = model
@@ -635,6 +692,40 @@ spec:
             resolver.resolve("PPI|default"),
             Verdict::Unknown { .. }
         ));
+    }
+
+    #[test]
+    fn staged_prefixes_resolve_to_their_policy_and_tier_even_when_hashed() {
+        let long = "staged-whitelist-with-a-name-long-enough-to-be-hashed-in-the-prefix";
+        let yaml = format!(
+            "apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {{name: {long}}}
+spec:
+  selector: all()
+  types: [Ingress]
+  ingress:
+  - action: Allow
+    source: {{nets: [192.0.2.0/24]}}
+  - action: Deny
+"
+        );
+        let resolver = Resolver::new(&model_of(&yaml), &Config::default());
+        let staged = crate::compile::rules::staged_name(long);
+        let hashed = nflog_prefix('D', Direction::Ingress, Some(1), &staged);
+        assert!(is_hashed(&hashed));
+        let verdict = resolver.resolve(&hashed);
+        assert!(verdict.is_staged(), "{verdict:?}");
+        assert_eq!(verdict.policy(), Some(long));
+        assert_eq!(
+            resolver.resolve("DPI|staged:default"),
+            Verdict::EndOfTier {
+                tier: "default".into(),
+                direction: Direction::Ingress,
+                action: LoggedAction::Deny,
+                staged: true
+            }
+        );
     }
 
     #[test]
