@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use support::{Backend, CONNECT_TIMEOUT, DROP_TIMEOUT, Lab, NflogCapture, addr, ports};
+use support::{Backend, CONNECT_TIMEOUT, DROP_TIMEOUT, Lab, addr, ports};
 
 /// The whitelisted and the blocked source of the mission example (policies/nodeport-whitelist.yaml).
 const ALLOWED: IpAddr = IpAddr::V4(addr::CLIENT_V4[0]);
@@ -60,6 +60,39 @@ impl Demo {
             .exec(&self.binary.display().to_string(), &full)
     }
 
+    /// Starts a command in the node's namespace without waiting for it.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        let mut full: Vec<String> = vec![
+            "netns".into(),
+            "exec".into(),
+            self.lab.node().name().to_owned(),
+            self.binary.display().to_string(),
+            "--config".into(),
+            self.config.display().to_string(),
+            "--policies".into(),
+            self.policies.display().to_string(),
+        ];
+        full.extend(args.iter().map(|arg| (*arg).to_owned()));
+        std::process::Command::new("ip")
+            .args(&full)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nodeport-guard")
+    }
+
+    /// Whether some program listens on NFLOG group 1 in the node's namespace.
+    fn group_bound(&self) -> bool {
+        let table = self
+            .lab
+            .node()
+            .exec("cat", &["/proc/net/netfilter/nfnetlink_log"])
+            .stdout;
+        table
+            .lines()
+            .any(|line| line.split_whitespace().next() == Some("1"))
+    }
+
     fn probe(&self, source: IpAddr, port: u16, expect_open: bool) -> bool {
         let destination = SocketAddr::new(addr::NODE_V4.into(), port);
         let timeout = if expect_open {
@@ -75,6 +108,42 @@ impl Demo {
         };
         println!("    {source:>15} → {destination:<19} {shown}");
         result.is_ok() == expect_open
+    }
+}
+
+/// Runs `drops --count 1` while the blocked client knocks, and prints the line it shows.
+fn show_one_drop(demo: &Demo) -> bool {
+    use std::io::Read as _;
+    let mut drops = demo.spawn(&["drops", "--count", "1"]);
+    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT * 5;
+    while !demo.group_bound() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    while std::time::Instant::now() < deadline {
+        let _ = demo.lab.connect(
+            BLOCKED,
+            SocketAddr::new(addr::NODE_V4.into(), ports::NODEPORT),
+            DROP_TIMEOUT,
+        );
+        if let Ok(Some(_)) = drops.try_wait() {
+            break;
+        }
+    }
+    let _ = drops.kill();
+    let _ = drops.wait();
+    let mut shown = String::new();
+    if let Some(mut out) = drops.stdout.take() {
+        let _ = out.read_to_string(&mut shown);
+    }
+    match shown.lines().next() {
+        Some(line) => {
+            println!("    {line}");
+            line.contains("allow-cluster-nodeport-only") && line.contains("rule 1")
+        }
+        None => {
+            println!("    drops showed nothing");
+            false
+        }
     }
 }
 
@@ -147,7 +216,6 @@ fn main() -> ExitCode {
     }
 
     step(5, "apply --yes");
-    let log = NflogCapture::start(demo.lab.node(), 1);
     let apply = demo.run(&["apply", "--yes"]);
     println!("    {}", apply.stdout.lines().last().unwrap_or_default());
     ok &= apply.status.success();
@@ -162,26 +230,30 @@ fn main() -> ExitCode {
 
     step(
         7,
-        "The drop, as NFLOG group 1 saw it (what `tcpdump -i nflog:1` captures)",
+        "drops --count 1: who was dropped, by which policy and rule (from NFLOG group 1)",
     );
-    match log.wait_for_prefix("DPI1|allow-cluster-nodeport-only", CONNECT_TIMEOUT * 2) {
-        Some(event) => println!(
-            "    nflog:1 prefix {:?}: {} {}:{} → {}:{}",
-            event.prefix,
-            event.proto_name(),
-            event.src.map_or_else(|| "?".into(), |a| a.to_string()),
-            event.sport.unwrap_or_default(),
-            event.dst.map_or_else(|| "?".into(), |a| a.to_string()),
-            event.dport.unwrap_or_default()
-        ),
-        None => {
-            println!("    no NFLOG message arrived");
-            ok = false;
-        }
-    }
+    ok &= show_one_drop(&demo);
 
     step(
         8,
+        "trace: the same packet through the policies, worked out without the kernel",
+    );
+    let trace = demo.run(&[
+        "trace",
+        "--src",
+        &BLOCKED.to_string(),
+        "--dst",
+        &addr::NODE_V4.to_string(),
+        "--dport",
+        &ports::NODEPORT.to_string(),
+    ]);
+    for line in trace.stdout.lines().filter(|l| !l.trim().is_empty()) {
+        println!("    {line}");
+    }
+    ok &= trace.status.success() && trace.stdout.contains("rule 1 (Deny) matched");
+
+    step(
+        9,
         "status: what the kernel holds, packets per policy rule, and whether it is in sync",
     );
     let status = demo.run(&["status"]);
@@ -194,7 +266,7 @@ fn main() -> ExitCode {
         println!("    {line}");
     }
 
-    step(9, "cleanup --yes: nothing of nodeport-guard remains");
+    step(10, "cleanup --yes: nothing of nodeport-guard remains");
     let cleanup = demo.run(&["cleanup", "--yes"]);
     println!("    {}", cleanup.stdout.lines().last().unwrap_or_default());
     ok &= cleanup.status.success();
@@ -216,7 +288,6 @@ fn main() -> ExitCode {
     );
     ok &= leftovers == 0;
 
-    drop(log);
     drop(demo);
     println!(
         "\nThe namespaces are gone. {}",

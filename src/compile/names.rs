@@ -21,6 +21,38 @@ pub fn length_limited(prefix: &str, suffix: &str, max: usize) -> String {
     format!("{prefix}_{}", &digest[..room.min(digest.len())])
 }
 
+/// Characters of hash a shortened chain name keeps at least (48 bits: two names that share
+/// their readable start collide once in ~10^14 pairs).
+const MIN_HASH_CHARS: usize = 8;
+
+/// Characters of a name's readable start a shortened chain name keeps at most; the rest of
+/// the room goes to the hash.
+const MAX_READABLE_CHARS: usize = 12;
+
+/// A chain name: `prefix + suffix` if it fits in `max` characters; else `prefix`, the readable
+/// start of `suffix`, `_` and a hash of the whole `suffix`, cut to `max`, so that `iptables -L`
+/// and `nft list` still say which policy a chain is of (`npg-pi-allow-cluste_K2b3j16N`, where
+/// Felix keeps only the hash). Names users write never contain `_`, so a shortened name never
+/// equals a plain one.
+pub fn chain_name(prefix: &str, suffix: &str, max: usize) -> String {
+    let plain = format!("{prefix}{suffix}");
+    if plain.len() <= max && !suffix.starts_with('_') && is_plain_name(suffix) {
+        return plain;
+    }
+    let digest = hash(suffix);
+    let room = max.saturating_sub(prefix.len() + 1);
+    let readable: String = suffix
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
+        .take(room.saturating_sub(MIN_HASH_CHARS).min(MAX_READABLE_CHARS))
+        .collect();
+    let hash_room = room - readable.len();
+    format!(
+        "{prefix}{readable}_{}",
+        &digest[..hash_room.min(digest.len())]
+    )
+}
+
 /// Whether a name can appear in kernel input as it is: letters, digits, `-`, `.`.
 fn is_plain_name(text: &str) -> bool {
     !text.is_empty()
@@ -35,7 +67,7 @@ pub fn policy_chain(policy: &str, direction: Direction) -> String {
         Direction::Ingress => "npg-pi-",
         Direction::Egress => "npg-po-",
     };
-    length_limited(prefix, policy, MAX_CHAIN_NAME)
+    chain_name(prefix, policy, MAX_CHAIN_NAME)
 }
 
 /// The chain of a staged policy's rules for one direction: `npg-spi-<name>` /
@@ -45,7 +77,7 @@ pub fn staged_policy_chain(policy: &str, direction: Direction) -> String {
         Direction::Ingress => "npg-spi-",
         Direction::Egress => "npg-spo-",
     };
-    length_limited(prefix, policy, MAX_CHAIN_NAME)
+    chain_name(prefix, policy, MAX_CHAIN_NAME)
 }
 
 /// Token standing for "every interface" in endpoint chain names. It is longer than any
@@ -120,7 +152,8 @@ mod tests {
     fn long_names_are_hashed_to_the_limit() {
         let name = policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
         assert_eq!(name.len(), MAX_CHAIN_NAME);
-        assert!(name.starts_with("npg-pi-_"), "{name}");
+        // The start of the policy's name stays readable; the hash keeps names unique.
+        assert!(name.starts_with("npg-pi-allow-cluste_"), "{name}");
         assert_ne!(
             name,
             policy_chain("allow-cluster-nodeport-onlz", Direction::Ingress)
@@ -168,5 +201,11 @@ mod tests {
         // A hashed name has `_` right after the prefix, which no valid name contains.
         let hashed = length_limited("npg-pi-", &"a".repeat(40), MAX_CHAIN_NAME);
         assert_eq!(&hashed[7..8], "_");
+        // A shortened chain name keeps the start of the name, then `_` and the hash.
+        let chain = chain_name("npg-pi-", &"a".repeat(40), MAX_CHAIN_NAME);
+        assert_eq!(
+            chain,
+            format!("npg-pi-{}_{}", "a".repeat(12), &hash(&"a".repeat(40))[..8])
+        );
     }
 }
