@@ -20,7 +20,14 @@ const ALLOWED: IpAddr = IpAddr::V4(addr::CLIENT_V4[0]);
 const BLOCKED: IpAddr = IpAddr::V4(addr::CLIENT_V4[1]);
 
 fn step(number: u32, text: &str) {
-    println!("\n\x1b[1m==> {number}. {text}\x1b[0m");
+    use std::io::IsTerminal as _;
+    let bold = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    if bold {
+        println!("\n\x1b[1m==> {number}. {text}\x1b[0m");
+    } else {
+        println!("\n==> {number}. {text}");
+    }
 }
 
 fn binary() -> PathBuf {

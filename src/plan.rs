@@ -102,8 +102,10 @@ pub struct Plan {
     pub sets: Vec<SetChange>,
 }
 
-/// Counts for the summary line.
+/// Counts for the summary line (`plan --json`'s `summary`: camelCase keys, as every JSON
+/// nodeport-guard prints).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Chains to create.
     pub chains_to_add: usize,
@@ -559,6 +561,14 @@ mod tests {
             "j",
             "-A PREROUTING -m comment --comment \"npg:j\" -j npg-PREROUTING",
         )
+    }
+
+    #[test]
+    fn json_keys_are_camel_case_as_in_status_and_calico() {
+        let value = serde_json::to_value(Summary::default()).expect("json");
+        let keys: Vec<&String> = value.as_object().expect("object").keys().collect();
+        assert!(keys.iter().any(|k| *k == "chainsToAdd"), "{keys:?}");
+        assert!(keys.iter().all(|k| !k.contains('_')), "{keys:?}");
     }
 
     #[test]

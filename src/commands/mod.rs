@@ -127,7 +127,10 @@ fn init_logging(cli: &Cli) {
     let _ = match cli.global.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(output::use_color(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR"),
+            ))
             .try_init(),
     };
 }

@@ -8,9 +8,18 @@ use anyhow::{Result, bail};
 use crate::plan::{self, Plan, Style};
 use crate::trace::impact::Impact;
 
+/// Whether to color output written to a stream: only a terminal, and never when `NO_COLOR` is
+/// set to anything but the empty string (<https://no-color.org>).
+pub fn use_color(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    is_terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
 fn style() -> Style {
     Style {
-        color: std::io::stdout().is_terminal(),
+        color: use_color(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ),
         max_members: 20,
     }
 }

@@ -580,3 +580,13 @@ fn plan_says_when_a_policy_is_promoted_from_staged_or_goes_back() {
     assert!(plan::promotions(&both_names, &both_state, &enforced_state).is_empty());
     assert!(plan::promotions(&enforced_names, &enforced_state, &State::default()).is_empty());
 }
+
+#[test]
+fn color_only_on_a_terminal_and_never_with_no_color() {
+    use super::output::use_color;
+    assert!(use_color(true, None));
+    assert!(!use_color(false, None));
+    assert!(!use_color(true, Some("1".into())));
+    // NO_COLOR set to the empty string does not count (no-color.org).
+    assert!(use_color(true, Some("".into())));
+}
