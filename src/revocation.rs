@@ -167,3 +167,141 @@ pub fn revoke(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::runner::Output;
+
+    /// A conntrack table of `entries` established connections from 198.51.100.0/24 and
+    /// 203.0.113.0/24 to port 30008, streamed line by line as the real program does.
+    struct HugeTable {
+        entries: usize,
+    }
+
+    impl Runner for HugeTable {
+        fn run(&self, _: &str, _: &[&str], _: Option<&[u8]>) -> std::io::Result<Output> {
+            Ok(Output {
+                success: true,
+                ..Output::default()
+            })
+        }
+
+        fn exists(&self, _: &str) -> bool {
+            true
+        }
+
+        fn run_lines(
+            &self,
+            _: &str,
+            args: &[&str],
+            line: &mut dyn FnMut(&str) -> bool,
+        ) -> std::io::Result<Output> {
+            if args.contains(&"ipv4") {
+                for n in 0..self.entries {
+                    let net = if n % 2 == 0 {
+                        "198.51.100"
+                    } else {
+                        "203.0.113"
+                    };
+                    let text = format!(
+                        "ipv4 2 tcp 6 431999 ESTABLISHED src={net}.{} dst=192.0.2.1 sport={} dport=30008 src=192.0.2.1 dst={net}.{} sport=30008 dport={} [ASSURED] mark=0 use=1",
+                        n % 250 + 1,
+                        1024 + n % 60000,
+                        n % 250 + 1,
+                        1024 + n % 60000
+                    );
+                    if !line(&text) {
+                        break;
+                    }
+                }
+            }
+            Ok(Output {
+                success: true,
+                ..Output::default()
+            })
+        }
+    }
+
+    fn model(yaml: &str) -> Model {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("p.yaml"), yaml).expect("write");
+        let set = crate::policy_set::load(&[dir.path().to_path_buf()]);
+        assert!(set.is_valid(), "{:?}", set.diagnostics);
+        set.model
+    }
+
+    const WHITELIST: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: whitelist}
+spec:
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+  - action: Allow
+    source: {nets: [198.51.100.0/24]}
+  - action: Deny
+    protocol: TCP
+    destination: {ports: [30008]}
+";
+
+    fn host() -> HostFacts {
+        HostFacts {
+            interfaces: vec![crate::facts::Interface {
+                name: "eth0".into(),
+                addresses: vec!["192.0.2.1".parse().expect("ip")],
+            }],
+            ..HostFacts::minimal("node1")
+        }
+    }
+
+    #[test]
+    fn only_the_connections_the_change_denies_are_cut() {
+        let after = model(WHITELIST);
+        let runner = HugeTable { entries: 1000 };
+        let report =
+            revoke(&runner, None, &after, &Config::default(), &host(), false).expect("revoke");
+        assert_eq!(report.examined, 1000);
+        assert!(!report.truncated);
+        // Every other entry comes from 203.0.113.0/24, which the whitelist does not list.
+        assert_eq!(report.cuts.len(), 500);
+        assert!(
+            report.cuts.iter().all(|cut| cut
+                .flow
+                .original
+                .src
+                .to_string()
+                .starts_with("203.0.113."))
+        );
+        // The same change seen from policies that denied them already cuts nothing.
+        let again = revoke(
+            &runner,
+            Some(&after),
+            &after,
+            &Config::default(),
+            &host(),
+            false,
+        )
+        .expect("revoke");
+        assert!(again.cuts.is_empty());
+    }
+
+    #[test]
+    fn a_huge_table_is_read_within_the_budget_and_says_what_was_left() {
+        let after = model(WHITELIST);
+        let runner = HugeTable {
+            entries: 50_000_000,
+        };
+        let started = Instant::now();
+        let report =
+            revoke(&runner, None, &after, &Config::default(), &host(), false).expect("revoke");
+        assert!(report.truncated, "{} entries read", report.examined);
+        assert!(
+            started.elapsed() < LIST_BUDGET + Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(report.examined > 0 && report.examined < 50_000_000);
+    }
+}

@@ -944,11 +944,24 @@ fn generate_writes_the_man_page_and_completions_the_package_ships() {
         man.contains(".TH nodeport-guard 1"),
         "not a man page: {man}"
     );
-    for command in ["validate", "plan", "apply", "run", "cleanup"] {
+    for command in [
+        "validate", "plan", "apply", "run", "cleanup", "trace", "drops", "revoke",
+    ] {
         assert!(
             man.contains(command),
             "the man page does not mention `{command}`"
         );
+    }
+    // More than the `--help` text: the sections a man page has.
+    for section in [
+        ".SH \"POLICY FILES\"",
+        ".SH CONFIGURATION",
+        ".SH FILES",
+        ".SH \"EXIT STATUS\"",
+        ".SH ENVIRONMENT",
+        ".SH EXAMPLES",
+    ] {
+        assert!(man.contains(section), "the man page has no {section}");
     }
     let manifest = read("Cargo.toml");
     for (file, packaged_as) in [

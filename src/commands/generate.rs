@@ -15,8 +15,13 @@ pub fn run(what: GenerateWhat, out_dir: &Path) -> Result<ExitCode> {
     let mut command = Cli::command();
     match what {
         GenerateWhat::Man => {
-            // One page for the program and one per command, which the main page refers to.
-            clap_mangen::generate_to(command, out_dir)?;
+            // One page for the program and one per command, which the main page refers to;
+            // the main page also gets the sections a man page has beyond `--help`.
+            clap_mangen::generate_to(command.clone(), out_dir)?;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command).render(&mut page)?;
+            page.extend_from_slice(MAN_SECTIONS.as_bytes());
+            fs_err::write(out_dir.join("nodeport-guard.1"), page)?;
         }
         GenerateWhat::Completions => {
             for shell in [
@@ -30,3 +35,94 @@ pub fn run(what: GenerateWhat, out_dir: &Path) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The main man page's sections beyond the options and commands (roff).
+pub const MAN_SECTIONS: &str = r#".SH "POLICY FILES"
+Files \fB*.yaml\fR and \fB*.yml\fR directly in the policy directory
+(\fB/etc/nodeport\-guard/policies\fR by default), each with one or more documents or lists of
+Calico resources, \fBapiVersion: projectcalico.org/v3\fR:
+.TP
+.B GlobalNetworkPolicy
+\fBorder\fR, \fBselector\fR, \fBtypes\fR, \fBingress\fR, \fBegress\fR, \fBpreDNAT\fR,
+\fBapplyOnForward\fR, \fBdoNotTrack\fR, \fBtier\fR; rules with \fBaction\fR (Allow, Deny, Pass,
+Log), \fBprotocol\fR, \fBnotProtocol\fR, \fBicmp\fR, \fBnotICMP\fR, \fBipVersion\fR,
+\fBsource\fR and \fBdestination\fR (\fBnets\fR, \fBnotNets\fR, \fBselector\fR,
+\fBnotSelector\fR, \fBports\fR, \fBnotPorts\fR). Whitelists for NodePorts and published ports
+are \fBpreDNAT: true\fR policies: they run in mangle PREROUTING, before kube\-proxy's and
+docker's DNAT, and have no default deny.
+.TP
+.B StagedGlobalNetworkPolicy
+The same, with \fBstagedAction\fR (Set, Delete): it decides nothing and logs to NFLOG what it
+would do, with prefixes naming \fBstaged:\fIpolicy\fR.
+.TP
+.B GlobalNetworkSet
+\fBmetadata.labels\fR and \fBspec.nets\fR, which rule selectors match.
+.TP
+.B HostEndpoint
+\fBspec.node\fR, \fBspec.interfaceName\fR, \fBspec.expectedIPs\fR, \fBspec.ports\fR,
+\fBspec.profiles\fR. Without one for this node, an implicit endpoint for every interface exists,
+which allows everything no policy denies.
+.TP
+.B Tier
+\fBspec.order\fR and \fBspec.defaultAction\fR (Deny, Pass).
+.PP
+\fBnodeport\-guard schema\fR prints the JSON Schema of these files; \fBvalidate\fR checks them
+without root.
+.SH CONFIGURATION
+\fB/etc/nodeport\-guard/config.yaml\fR (\fB\-\-config\fR); a missing file means all defaults,
+unknown keys are errors. Keys: \fBpoliciesDir\fR, \fBbackend\fR (auto, iptables\-legacy,
+iptables\-nft, nftables), \fBmarkMask\fR (0xffff0000), \fBnflogGroup\fR (1),
+\fBnflogGroupEgress\fR (2), \fBlogActions\fR ([Deny]), \fBfailsafeInbound\fR,
+\fBfailsafeOutbound\fR, \fBnodeName\fR, \fBhostLabels\fR, \fBhostInterfaceExclude\fR,
+\fBipv6\fR (auto), \fBresyncInterval\fR (90s), \fBdebounce\fR (200ms), \fBallowEmpty\fR (false),
+\fBrevokeEstablished\fR (false), \fBnflogListener\fR (false), \fBmetricsAddress\fR (null).
+The packaged file explains each; \fBnodeport\-guard schema \-\-config\-schema\fR prints its
+schema.
+.SH FILES
+.TP
+.B /etc/nodeport\-guard/config.yaml
+The configuration.
+.TP
+.B /etc/nodeport\-guard/policies/
+The policy files.
+.TP
+.B /run/nodeport\-guard/
+The state directory (\fB\-\-state\-dir\fR): the lock, a pending confirmation, the daemon's
+status, the last apply and rollback, the policy files last applied, the drop stream socket.
+.SH "EXIT STATUS"
+0 on success; 1 on an error or invalid input (nothing was changed in the kernel); 2 from
+\fBplan \-\-detailed\-exitcode\fR when there are changes, and from
+\fBstatus \-\-detailed\-exitcode\fR when the kernel is out of sync.
+.SH ENVIRONMENT
+.TP
+.B NODEPORT_GUARD_POLICIES, NODEPORT_GUARD_STATE_DIR, NODEPORT_GUARD_NODE_NAME
+Defaults for \fB\-\-policies\fR, \fB\-\-state\-dir\fR and \fB\-\-node\-name\fR.
+.TP
+.B RUST_LOG
+Log filter, overriding \fB\-v\fR.
+.TP
+.B NO_COLOR
+Set to anything but the empty string: no colors.
+.SH EXAMPLES
+.TP
+.B nodeport\-guard validate
+Check the policy files (as confd's check_cmd).
+.TP
+.B nodeport\-guard plan
+Show what would change in the kernel, and which sources a change cuts off.
+.TP
+.B nodeport\-guard apply \-\-confirm\-timeout 60
+Apply, and roll back unless \fBnodeport\-guard confirm\fR follows within a minute.
+.TP
+.B nodeport\-guard trace \-\-src 198.51.100.11 \-\-dst 192.0.2.1 \-\-dport 30008
+Why this client is dropped, rule by rule, without the kernel.
+.TP
+.B nodeport\-guard drops \-\-policy allow\-cluster\-nodeport\-only
+Who is being dropped by that policy, live.
+.TP
+.B nodeport\-guard status \-\-detailed\-exitcode
+Whether the kernel holds what the policies say.
+.SH "SEE ALSO"
+\fBiptables\fR(8), \fBipset\fR(8), \fBnft\fR(8), \fBconntrack\fR(8),
+Calico's GlobalNetworkPolicy reference.
+"#;
