@@ -16,9 +16,16 @@ fn main() {
         "g.yaml",
         common::policy_set(policies, policies * 10),
     ));
+    let loading = std::time::Instant::now();
     let (resources, _) = nodeport_guard::load::parse_file(id, sources.get(id));
+    let parse_time = loading.elapsed();
     let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
     let (model, _) = nodeport_guard::validate::validate(&sources, &resources);
+    eprintln!(
+        "parse {:?}, validate {:?}",
+        parse_time,
+        loading.elapsed() - parse_time
+    );
     let started = std::time::Instant::now();
     let compiled = nodeport_guard::compile::compile(
         &model,
@@ -32,6 +39,16 @@ fn main() {
         compile_time,
         started.elapsed() - compile_time,
         text.len()
+    );
+    let desiring = std::time::Instant::now();
+    let desired = nodeport_guard::state::desired(
+        &compiled.ruleset,
+        &nodeport_guard::dataplane::iptables::SPELLING,
+    );
+    eprintln!(
+        "desired state (rendered and hashed, what plan and apply compare) {:?}, {} tables",
+        desiring.elapsed(),
+        desired.tables.len()
     );
     breakdown(&compiled);
 }

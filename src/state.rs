@@ -283,37 +283,31 @@ fn line(rendered: RenderedRule) -> RuleLine {
 /// The state a backend writes for a ruleset, spelled its way.
 pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
     let mut state = State::default();
-    for family in &ruleset.families {
-        for table in &family.tables {
-            let mut table_state = TableState::default();
-            for chain in &table.chains {
-                let rules = chain
-                    .rules
+    // Each table's lines are rendered and hashed on a thread of its own (the bulk of the work
+    // for a large policy set), then gathered in order.
+    let tables: Vec<(TableKey, TableState)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ruleset
+            .families
+            .iter()
+            .flat_map(|family| {
+                family
+                    .tables
                     .iter()
-                    .map(|rule| {
-                        line((spelling.rule)(
-                            table.table,
-                            &chain.name,
-                            rule,
-                            family.family,
-                        ))
-                    })
-                    .collect();
-                table_state.chains.insert(chain.name.clone(), rules);
-            }
-            for hook in &table.hooks {
-                let rule = line((spelling.hook)(table.table, hook, family.family));
-                table_state.hooks.insert(
-                    hook.kernel_chain.clone(),
-                    vec![HookRule { position: 1, rule }],
-                );
-            }
-            let key = TableKey {
-                family: family.family,
-                table: table.table,
-            };
-            state.tables.insert(key, table_state);
-        }
+                    .map(move |table| (family.family, table))
+            })
+            .map(|(family, table)| scope.spawn(move || table_state(family, table, spelling)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    state.tables.extend(tables);
+    for family in &ruleset.families {
         for set in &family.sets {
             state.sets.insert(
                 set.name.clone(),
@@ -326,6 +320,35 @@ pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
         }
     }
     state
+}
+
+/// One table's chains and hooks as lines.
+fn table_state(
+    family: crate::model::IpFamily,
+    table: &crate::ruleset::TableRuleset,
+    spelling: &Spelling,
+) -> (TableKey, TableState) {
+    let mut table_state = TableState::default();
+    for chain in &table.chains {
+        let rules = chain
+            .rules
+            .iter()
+            .map(|rule| line((spelling.rule)(table.table, &chain.name, rule, family)))
+            .collect();
+        table_state.chains.insert(chain.name.clone(), rules);
+    }
+    for hook in &table.hooks {
+        let rule = line((spelling.hook)(table.table, hook, family));
+        table_state.hooks.insert(
+            hook.kernel_chain.clone(),
+            vec![HookRule { position: 1, rule }],
+        );
+    }
+    let key = TableKey {
+        family,
+        table: table.table,
+    };
+    (key, table_state)
 }
 
 #[cfg(test)]

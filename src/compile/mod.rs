@@ -116,9 +116,32 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     staged::deletion_notes(model, &mut warnings);
 
     let mut families = Vec::new();
-    for family in host.families() {
-        let mut sets = SetRegistry::new(family, model);
-        let tables = compiler.compile_family(family, &bindings, &mut sets);
+    // The families are independent: each compiles on its own thread (a large policy set
+    // takes half the time on two cores), and the results are taken in family order.
+    let compiled_families: Vec<(IpFamily, Vec<TableRuleset>, SetRegistry<'_>)> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = host
+                .families()
+                .into_iter()
+                .map(|family| {
+                    let (compiler, bindings) = (&compiler, &bindings);
+                    scope.spawn(move || {
+                        let mut sets = SetRegistry::new(family, model);
+                        let tables = compiler.compile_family(family, bindings, &mut sets);
+                        (family, tables, sets)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+    for (family, tables, sets) in compiled_families {
         for selector in &sets.empty_selectors {
             warnings.push(Diagnostic::global_warning(format!(
                 "rule selector `{selector}` matches no GlobalNetworkSet and no HostEndpoint ({family}): rules using it match nothing"

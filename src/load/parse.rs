@@ -28,11 +28,53 @@ pub fn parse_file(file: FileId, source: &SourceFile) -> (Vec<RawResource>, Vec<D
         ));
         return (resources, diagnostics);
     }
-    for document in documents {
-        parse_document(file, document, &mut resources, &mut diagnostics);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(MAX_PARSE_THREADS);
+    if threads < 2 || documents.len() < PARALLEL_DOCUMENTS {
+        for document in documents {
+            parse_document(file, document, &mut resources, &mut diagnostics);
+        }
+        return (resources, diagnostics);
+    }
+    // Documents are independent: big files parse in chunks on every core, and the chunks'
+    // results are joined in document order, so the output is exactly the sequential one.
+    let chunk = documents.len().div_ceil(threads);
+    let parts: Vec<(Vec<RawResource>, Vec<Diagnostic>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = documents
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut resources = Vec::new();
+                    let mut diagnostics = Vec::new();
+                    for document in part {
+                        parse_document(file, *document, &mut resources, &mut diagnostics);
+                    }
+                    (resources, diagnostics)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for (part_resources, part_diagnostics) in parts {
+        resources.extend(part_resources);
+        diagnostics.extend(part_diagnostics);
     }
     (resources, diagnostics)
 }
+
+/// Files with at least this many documents are parsed on several threads.
+const PARALLEL_DOCUMENTS: usize = 256;
+
+/// Most threads one file is parsed on.
+const MAX_PARSE_THREADS: usize = 8;
 
 /// Most documents one file may hold.
 pub const MAX_DOCUMENTS: usize = 100_000;
@@ -483,6 +525,39 @@ mod tests {
     }
 
     const GNP: &str = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: a\nspec:\n  selector: all()\n";
+
+    /// A file big enough to be parsed on several threads gives the resources in document
+    /// order and its errors at their own lines, as parsing one document after another does.
+    #[test]
+    fn big_files_parse_in_parallel_in_document_order() {
+        let count = PARALLEL_DOCUMENTS * 3 + 7;
+        let mut text = String::new();
+        for n in 0..count {
+            if n == count - 5 {
+                text.push_str("---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: broken\nspec:\n  bogus: 1\n");
+            } else {
+                text.push_str(&format!(
+                    "---\n{}",
+                    GNP.replace("name: a", &format!("name: p{n}"))
+                ));
+            }
+        }
+        let (resources, diagnostics) = parse(&text);
+        let names: Vec<String> = resources
+            .iter()
+            .map(|r| format!("{:?}", r.metadata))
+            .collect();
+        assert_eq!(resources.len(), count - 1, "{diagnostics:?}");
+        for (index, name) in names.iter().enumerate().take(count - 5) {
+            assert!(name.contains(&format!("\"p{index}\"")), "{index}: {name}");
+        }
+        let line = 1 + 7 * (count - 5) + 6;
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0].starts_with(&format!("p.yaml:{line}:")),
+            "{diagnostics:?}"
+        );
+    }
 
     /// The single pass yields exactly what the two passes yield (spans included), or gives up.
     #[test]

@@ -251,19 +251,42 @@ pub fn render_all(ruleset: &Ruleset) -> String {
         out.push_str("# ipset restore\n");
         out.push_str(&super::ipset::render_sets(&sets));
     }
-    for family in &ruleset.families {
-        for table in &family.tables {
-            let tool = match family.family {
-                IpFamily::V4 => "iptables-restore",
-                IpFamily::V6 => "ip6tables-restore",
-            };
-            let _ = writeln!(
-                out,
-                "# {tool} --noflush ({}, table {})",
-                family.family, table.table
-            );
-            out.push_str(&render_table(table, family.family));
-        }
+    // Each table renders on a thread of its own; the texts are joined in order.
+    let tables: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ruleset
+            .families
+            .iter()
+            .flat_map(|family| {
+                family
+                    .tables
+                    .iter()
+                    .map(move |table| (family.family, table))
+            })
+            .map(|(family, table)| {
+                scope.spawn(move || {
+                    let tool = match family {
+                        IpFamily::V4 => "iptables-restore",
+                        IpFamily::V6 => "ip6tables-restore",
+                    };
+                    format!(
+                        "# {tool} --noflush ({family}, table {})\n{}",
+                        table.table,
+                        render_table(table, family)
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for text in tables {
+        out.push_str(&text);
     }
     if out.is_empty() {
         out.push_str("# no policy applies to this host: nothing to load\n");
