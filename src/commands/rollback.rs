@@ -20,12 +20,22 @@ pub const ROLLBACK_ATTEMPTS: u32 = 5;
 pub fn run(state_dir: &Path, runner: &dyn Runner, id: &str) -> Result<ExitCode> {
     let state_dir = StateDir::new(state_dir);
     let Some(pending) = state_dir.pending()? else {
+        eprintln!("{}: apply {id}: nothing pending any more", now_seconds());
         return Ok(ExitCode::SUCCESS);
     };
     if pending.id != id {
+        eprintln!(
+            "{}: apply {id}: replaced by apply {}; nothing to do",
+            now_seconds(),
+            pending.id
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let wait = pending.deadline.saturating_sub(now_seconds());
+    eprintln!(
+        "{}: watching apply {id}: rolling it back in {wait} s unless it is confirmed",
+        now_seconds()
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -41,6 +51,10 @@ pub fn run(state_dir: &Path, runner: &dyn Runner, id: &str) -> Result<ExitCode> 
         }
     });
     roll_back_retrying(&state_dir, runner, id, Duration::from_secs(1))?;
+    eprintln!(
+        "{}: apply {id}: done (rolled back, or confirmed or replaced meanwhile)",
+        now_seconds()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

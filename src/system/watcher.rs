@@ -1,17 +1,29 @@
 //! The rollback watcher's process: started detached from the terminal by `apply
 //! --confirm-timeout`, stopped by `confirm`.
 
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result};
 
+/// The rollback watchers' log in the state directory.
+pub const WATCHER_LOG: &str = "watcher.log";
+
 /// Starts `nodeport-guard --state-dir DIR __rollback-watch ID` in its own process group (Ctrl-C
 /// on the terminal that ran `apply` must not stop the rollback); returns its pid.
 pub fn spawn(state_dir: &Path, id: &str) -> Result<u32> {
     let exe = std::env::current_exe()
         .context("cannot find this program to start the rollback watcher")?;
+    // What the watcher says (its errors, what it did) goes to a log in the state directory:
+    // it has no terminal, and a rollback that did not happen must be explainable.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(state_dir.join(WATCHER_LOG))
+        .map_or_else(|_| Stdio::null(), Stdio::from);
     let child = Command::new(exe)
         .arg("--state-dir")
         .arg(state_dir)
@@ -19,7 +31,7 @@ pub fn spawn(state_dir: &Path, id: &str) -> Result<u32> {
         .arg(id)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .process_group(0)
         .spawn()
         .context("cannot start the rollback watcher")?;
