@@ -133,6 +133,15 @@ spec:
     let denied = trace(&guard, unlisted.into(), host_service, &eth0);
     assert_eq!(denied["verdict"]["tier"], "default", "{denied:#}");
     assert_eq!(denied["verdict"]["nflogPrefix"], "DPI|default");
+    // Without --iface, the interface holding the destination address is assumed: eth0.
+    let assumed = trace(&guard, unlisted.into(), host_service, &[]);
+    assert_eq!(assumed["verdict"], denied["verdict"], "{assumed:#}");
+    assert!(
+        assumed["notes"]
+            .to_string()
+            .contains("interface eth0 assumed"),
+        "{assumed:#}"
+    );
     let ssh = trace(&guard, unlisted.into(), sa(addr::NODE_V4, 22), &eth0);
     assert!(
         ssh["verdict"]["reason"]

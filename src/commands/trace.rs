@@ -37,6 +37,9 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let facts = host_facts(&settings.config);
+    let mut packet = packet;
+    let mut notes = notes;
+    assume_interface(&mut packet, &facts, &mut notes);
     let mut traced = trace::trace(&set.model, &settings.config, &facts, &packet);
     traced.notes.splice(0..0, notes);
     let text = if args.json {
@@ -134,6 +137,31 @@ pub fn packet(args: &TraceArgs) -> Result<(Packet, Vec<String>), String> {
         state,
     };
     Ok((packet, notes))
+}
+
+/// Without `--iface`, the interface of this host that holds the packet's own address on the
+/// host's side (the destination of an inbound packet, the source of an outbound one), as the
+/// kernel would see it on a host with symmetric routing; said in a note.
+fn assume_interface(packet: &mut Packet, facts: &crate::facts::HostFacts, notes: &mut Vec<String>) {
+    let (slot, address) = match packet.travel {
+        Travel::Inbound => (&mut packet.in_interface, packet.dst),
+        Travel::Outbound => (&mut packet.out_interface, packet.src),
+        Travel::Forward => return,
+    };
+    if slot.is_some() {
+        return;
+    }
+    if let Some(interface) = facts
+        .interfaces
+        .iter()
+        .find(|interface| interface.addresses.contains(&address))
+    {
+        notes.push(format!(
+            "interface {} assumed: it holds {address} (--iface to change it)",
+            interface.name
+        ));
+        *slot = Some(interface.name.clone());
+    }
 }
 
 /// A protocol by name (any case) or number.
