@@ -299,6 +299,24 @@ pub fn release_free_memory() {
     }
 }
 
+/// Caps glibc's malloc arenas at `arenas` for a long-running process. glibc gives threads
+/// arenas of their own (up to eight per core); each keeps the pages of its peak, so a daemon
+/// whose reloads compile on several threads would otherwise stay megabytes above what it uses
+/// (measured: 38 MiB resident at rest with 1,000 policies, 30 MiB with one arena).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn limit_malloc_arenas(arenas: i32) {
+    // SAFETY: `mallopt` only sets a tunable of the allocator; called before the threads that
+    // would use more arenas start.
+    unsafe {
+        nix::libc::mallopt(nix::libc::M_ARENA_MAX, arenas);
+    }
+}
+
+/// Other C libraries size their arenas on their own.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn limit_malloc_arenas(_arenas: i32) {}
+
 /// Other C libraries return freed memory on their own.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn release_free_memory() {}
