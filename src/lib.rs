@@ -25,6 +25,7 @@ pub mod fixtures;
 pub mod load;
 pub mod marks;
 pub mod model;
+pub mod parallel;
 pub mod plan;
 pub mod policy_set;
 pub mod reconcile;

@@ -285,26 +285,18 @@ pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
     let mut state = State::default();
     // Each table's lines are rendered and hashed on a thread of its own (the bulk of the work
     // for a large policy set), then gathered in order.
-    let tables: Vec<(TableKey, TableState)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = ruleset
-            .families
-            .iter()
-            .flat_map(|family| {
-                family
-                    .tables
-                    .iter()
-                    .map(move |table| (family.family, table))
-            })
-            .map(|(family, table)| scope.spawn(move || table_state(family, table, spelling)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    let pieces: Vec<_> = ruleset
+        .families
+        .iter()
+        .flat_map(|family| {
+            family
+                .tables
+                .iter()
+                .map(move |table| (family.family, table))
+        })
+        .collect();
+    let tables = crate::parallel::map(pieces, |(family, table)| {
+        table_state(family, table, spelling)
     });
     state.tables.extend(tables);
     for family in &ruleset.families {

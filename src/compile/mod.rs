@@ -118,29 +118,11 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
     let mut families = Vec::new();
     // The families are independent: each compiles on its own thread (a large policy set
     // takes half the time on two cores), and the results are taken in family order.
-    let compiled_families: Vec<(IpFamily, Vec<TableRuleset>, SetRegistry<'_>)> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = host
-                .families()
-                .into_iter()
-                .map(|family| {
-                    let (compiler, bindings) = (&compiler, &bindings);
-                    scope.spawn(move || {
-                        let mut sets = SetRegistry::new(family, model);
-                        let tables = compiler.compile_family(family, bindings, &mut sets);
-                        (family, tables, sets)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| {
-                    handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
+    let compiled_families = crate::parallel::map(host.families(), |family| {
+        let mut sets = SetRegistry::new(family, model);
+        let tables = compiler.compile_family(family, &bindings, &mut sets);
+        (family, tables, sets)
+    });
     for (family, tables, sets) in compiled_families {
         for selector in &sets.empty_selectors {
             warnings.push(Diagnostic::global_warning(format!(

@@ -40,28 +40,13 @@ pub fn parse_file(file: FileId, source: &SourceFile) -> (Vec<RawResource>, Vec<D
     // Documents are independent: big files parse in chunks on every core, and the chunks'
     // results are joined in document order, so the output is exactly the sequential one.
     let chunk = documents.len().div_ceil(threads);
-    let parts: Vec<(Vec<RawResource>, Vec<Diagnostic>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = documents
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    let mut resources = Vec::new();
-                    let mut diagnostics = Vec::new();
-                    for document in part {
-                        parse_document(file, *document, &mut resources, &mut diagnostics);
-                    }
-                    (resources, diagnostics)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    let parts = crate::parallel::map(documents.chunks(chunk).collect(), |part| {
+        let mut resources = Vec::new();
+        let mut diagnostics = Vec::new();
+        for document in part {
+            parse_document(file, *document, &mut resources, &mut diagnostics);
+        }
+        (resources, diagnostics)
     });
     for (part_resources, part_diagnostics) in parts {
         resources.extend(part_resources);

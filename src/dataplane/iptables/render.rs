@@ -252,38 +252,26 @@ pub fn render_all(ruleset: &Ruleset) -> String {
         out.push_str(&super::ipset::render_sets(&sets));
     }
     // Each table renders on a thread of its own; the texts are joined in order.
-    let tables: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = ruleset
-            .families
-            .iter()
-            .flat_map(|family| {
-                family
-                    .tables
-                    .iter()
-                    .map(move |table| (family.family, table))
-            })
-            .map(|(family, table)| {
-                scope.spawn(move || {
-                    let tool = match family {
-                        IpFamily::V4 => "iptables-restore",
-                        IpFamily::V6 => "ip6tables-restore",
-                    };
-                    format!(
-                        "# {tool} --noflush ({family}, table {})\n{}",
-                        table.table,
-                        render_table(table, family)
-                    )
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    let pieces: Vec<(IpFamily, &TableRuleset)> = ruleset
+        .families
+        .iter()
+        .flat_map(|family| {
+            family
+                .tables
+                .iter()
+                .map(move |table| (family.family, table))
+        })
+        .collect();
+    let tables = crate::parallel::map(pieces, |(family, table)| {
+        let tool = match family {
+            IpFamily::V4 => "iptables-restore",
+            IpFamily::V6 => "ip6tables-restore",
+        };
+        format!(
+            "# {tool} --noflush ({family}, table {})\n{}",
+            table.table,
+            render_table(table, family)
+        )
     });
     for text in tables {
         out.push_str(&text);
