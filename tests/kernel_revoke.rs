@@ -144,21 +144,32 @@ fn revocation_lab(backend: Backend) -> (Lab, Vec<EchoServer>) {
     (lab, servers)
 }
 
+/// The removed and the kept source.
+fn sources() -> (IpAddr, IpAddr) {
+    (
+        IpAddr::from(addr::CLIENT_V4[0]),
+        IpAddr::from(addr::CLIENT_V4[2]),
+    )
+}
+
+/// Applies the whitelist of both sources, opens the sessions, then writes (without applying)
+/// the whitelist without the removed source.
+fn open_then_remove(lab: &Lab, guard: &Guard<'_>) -> Sessions {
+    let (removed, kept) = sources();
+    guard.write_policy("whitelist.yaml", &whitelist(&[removed, kept]));
+    guard.apply();
+    let sessions = Sessions::open(lab, removed, kept);
+    guard.write_policy("whitelist.yaml", &whitelist(&[kept]));
+    sessions
+}
+
 /// With `revokeEstablished: true`, `apply` of a whitelist without
 /// 198.51.100.10 cuts its TCP connection and UDP flow (the next exchange
 /// gets no answer, within a second of `apply` returning) and nothing else.
 fn apply_cuts_the_connections_of_a_removed_source(backend: Backend) {
     let (lab, _servers) = revocation_lab(backend);
     let guard = Guard::with_config(&lab, "revokeEstablished: true\n");
-    let (removed, kept) = (
-        IpAddr::from(addr::CLIENT_V4[0]),
-        IpAddr::from(addr::CLIENT_V4[2]),
-    );
-    guard.write_policy("whitelist.yaml", &whitelist(&[removed, kept]));
-    guard.apply();
-    let mut sessions = Sessions::open(&lab, removed, kept);
-
-    guard.write_policy("whitelist.yaml", &whitelist(&[kept]));
+    let mut sessions = open_then_remove(&lab, &guard);
     let plan = guard.run_expect(&["plan"], 0);
     assert!(
         plan.stderr
@@ -190,15 +201,7 @@ backend_tests!(apply_cuts_the_connections_of_a_removed_source);
 fn without_the_option_connections_keep_running_until_revoke(backend: Backend) {
     let (lab, _servers) = revocation_lab(backend);
     let guard = Guard::new(&lab);
-    let (removed, kept) = (
-        IpAddr::from(addr::CLIENT_V4[0]),
-        IpAddr::from(addr::CLIENT_V4[2]),
-    );
-    guard.write_policy("whitelist.yaml", &whitelist(&[removed, kept]));
-    guard.apply();
-    let mut sessions = Sessions::open(&lab, removed, kept);
-
-    guard.write_policy("whitelist.yaml", &whitelist(&[kept]));
+    let mut sessions = open_then_remove(&lab, &guard);
     let plan = guard.run_expect(&["plan"], 0);
     assert!(
         plan.stderr
@@ -243,10 +246,7 @@ fn daemon_cuts_only_what_a_reload_takes_away(backend: Backend) {
             "revokeEstablished: true\nmetricsAddress: 127.0.0.1:9811\n",
         ),
     );
-    let (removed, kept) = (
-        IpAddr::from(addr::CLIENT_V4[0]),
-        IpAddr::from(addr::CLIENT_V4[2]),
-    );
+    let (removed, kept) = sources();
     guard.write_policy("whitelist.yaml", &whitelist(&[removed, kept]));
     let daemon = Daemon::start(&guard);
     let mut sessions = Sessions::open(&lab, removed, kept);

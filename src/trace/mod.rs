@@ -600,9 +600,7 @@ impl Tracer<'_> {
             step.marks.push(format!("{bit_name}={bit:#x}"));
         }
         if logged {
-            self.log(group, &prefix);
-            step.nflog_prefix = Some(prefix.clone());
-            step.nflog_group = Some(group);
+            self.log_in(&mut step, group, &prefix);
         }
         steps.push(step);
         let untracked = matches!(path, Path::UntrackedIn | Path::UntrackedOut);
@@ -667,9 +665,7 @@ impl Tracer<'_> {
             step.tier = Some(tier.to_owned());
             step.chain = Some(chain.to_owned());
             if logged {
-                self.log(group, &prefix);
-                step.nflog_prefix = Some(prefix.clone());
-                step.nflog_group = Some(group);
+                self.log_in(&mut step, group, &prefix);
             }
             steps.push(step);
             self.decide(
@@ -693,9 +689,7 @@ impl Tracer<'_> {
         step.tier = Some(tier.to_owned());
         if self.config.log_actions.contains(&model::Action::Pass) {
             let prefix = nflog_prefix('P', direction, None, tier);
-            self.log(group, &prefix);
-            step.nflog_prefix = Some(prefix);
-            step.nflog_group = Some(group);
+            self.log_in(&mut step, group, &prefix);
         }
         steps.push(step);
         ChainEnd::Returned
@@ -740,9 +734,7 @@ impl Tracer<'_> {
         );
         step.chain = Some(chain.to_owned());
         if logged {
-            self.log(group, &prefix);
-            step.nflog_prefix = Some(prefix.clone());
-            step.nflog_group = Some(group);
+            self.log_in(&mut step, group, &prefix);
         }
         steps.push(step);
         self.decide(
@@ -771,6 +763,13 @@ impl Tracer<'_> {
             group,
             prefix: prefix.to_owned(),
         });
+    }
+
+    /// Logs `prefix` to `group` at `step`, which says so.
+    fn log_in(&mut self, step: &mut Step, group: u16, prefix: &str) {
+        self.log(group, prefix);
+        step.nflog_prefix = Some(prefix.to_owned());
+        step.nflog_group = Some(group);
     }
 
     /// Records a decision. A drop is final; an allow replaces an earlier "not ours" or allow

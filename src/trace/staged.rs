@@ -57,32 +57,23 @@ impl Tracer<'_> {
                 .tier(&tier)
                 .is_none_or(|tier| tier.default_action == TierAction::Deny);
             let name = staged_name(&tier);
-            if denies {
-                let prefix = nflog_prefix('D', direction, None, &name);
-                self.log(group, &prefix);
+            let (letter, words) = if denies {
                 self.bits |= marks.drop;
-                let mut step = Step::new(
-                    "stagedEndOfTier",
-                    2,
-                    format!("end of staged tier {tier}: would drop (only logged)"),
-                );
-                step.tier = Some(tier.clone());
-                step.nflog_prefix = Some(prefix);
-                step.nflog_group = Some(group);
-                steps.push(chain_step(step, chain));
+                ('D', "would drop (only logged)")
             } else if self.config.log_actions.contains(&model::Action::Pass) {
-                let prefix = nflog_prefix('P', direction, None, &name);
-                self.log(group, &prefix);
-                let mut step = Step::new(
-                    "stagedEndOfTier",
-                    2,
-                    format!("end of staged tier {tier}: would pass to the next tier (logged)"),
-                );
-                step.tier = Some(tier.clone());
-                step.nflog_prefix = Some(prefix);
-                step.nflog_group = Some(group);
-                steps.push(chain_step(step, chain));
-            }
+                ('P', "would pass to the next tier (logged)")
+            } else {
+                continue;
+            };
+            let prefix = nflog_prefix(letter, direction, None, &name);
+            let mut step = Step::new(
+                "stagedEndOfTier",
+                2,
+                format!("end of staged tier {tier}: {words}"),
+            );
+            step.tier = Some(tier.clone());
+            self.log_in(&mut step, group, &prefix);
+            steps.push(chain_step(step, chain));
         }
         self.bits = 0;
         steps.push(chain_step(
@@ -136,9 +127,7 @@ impl Tracer<'_> {
             step.action = Some(rule.action.to_string());
             step.chain = Some(chain.clone());
             if logged {
-                self.log(group, &prefix);
-                step.nflog_prefix = Some(prefix);
-                step.nflog_group = Some(group);
+                self.log_in(&mut step, group, &prefix);
             }
             steps.push(step);
             if bit != 0 {
