@@ -398,14 +398,25 @@ fn short_message(message: &str) -> String {
 }
 
 /// What to write instead, for the parser's messages that have an answer.
+/// Fields Calico has for workloads only, which the spec names only to refuse them in words.
+const WORKLOAD_ONLY_FIELDS: [&str; 5] = [
+    "namespaceSelector",
+    "serviceAccountSelector",
+    "serviceAccounts",
+    "services",
+    "http",
+];
+
 fn help_for(message: &str) -> Option<String> {
     if let Some(rest) = message.strip_prefix("unknown field `")
         && let Some((field, expected)) = rest.split_once("`, expected one of ")
     {
+        // The workload-only fields Calico has are known to the parser only so that they can
+        // be refused in words; they are no suggestion for a host endpoint.
         let fields: Vec<&str> = expected
             .split(", ")
             .map(|name| name.trim_matches('`'))
-            .filter(|name| !name.is_empty())
+            .filter(|name| !name.is_empty() && !WORKLOAD_ONLY_FIELDS.contains(name))
             .collect();
         let closest = fields
             .iter()
@@ -482,6 +493,14 @@ mod tests {
         assert_eq!(
             help_for(&message).as_deref(),
             Some("did you mean `nets`? The fields here are `nets`, `notNets`, `selector`")
+        );
+        // Fields that only apply to workloads are not offered.
+        let workload = clean_yaml_message(
+            "unknown field `namespace`, expected one of `selector`, `namespaceSelector`, `types`",
+        );
+        assert_eq!(
+            help_for(&workload).as_deref(),
+            Some("the fields here are `selector`, `types`")
         );
         let far = clean_yaml_message("unknown field `colour`, expected one of nets, selector");
         assert_eq!(
