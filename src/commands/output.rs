@@ -79,14 +79,7 @@ pub fn print_revoked(report: &crate::revocation::Report) {
             report.deleted,
             plural(report.deleted)
         );
-        for group in report.groups().iter().take(GROUPS_LISTED) {
-            let port = group.dport.map(|p| format!("/{p}")).unwrap_or_default();
-            let _ = writeln!(
-                stderr,
-                "  {} from {} to {}{port}: {}",
-                group.count, group.src, group.protocol, group.verdict.reason
-            );
-        }
+        write_groups(&mut stderr, &report.groups());
     }
     for (cut, error) in &report.failed {
         let _ = writeln!(
@@ -100,6 +93,25 @@ pub fn print_revoked(report: &crate::revocation::Report) {
             stderr,
             "warning: the conntrack table was read only in part ({} entries); run `nodeport-guard revoke --yes` to go on",
             report.examined
+        );
+    }
+}
+
+/// The connections of a revocation by source and port, at most [`GROUPS_LISTED`] lines.
+fn write_groups(out: &mut impl std::io::Write, groups: &[crate::revocation::Group<'_>]) {
+    for group in groups.iter().take(GROUPS_LISTED) {
+        let port = group.dport.map(|p| format!("/{p}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {} from {} to {}{port}: {}",
+            group.count, group.src, group.protocol, group.verdict.reason
+        );
+    }
+    if groups.len() > GROUPS_LISTED {
+        let _ = writeln!(
+            out,
+            "  … and {} more sources and ports",
+            groups.len() - GROUPS_LISTED
         );
     }
 }
@@ -129,21 +141,7 @@ pub fn print_established(report: &crate::revocation::Report, revoke: bool) {
             plural(total)
         )
     };
-    for group in groups.iter().take(GROUPS_LISTED) {
-        let port = group.dport.map(|p| format!("/{p}")).unwrap_or_default();
-        let _ = writeln!(
-            stderr,
-            "  {} from {} to {}{port}: {}",
-            group.count, group.src, group.protocol, group.verdict.reason
-        );
-    }
-    if groups.len() > GROUPS_LISTED {
-        let _ = writeln!(
-            stderr,
-            "  … and {} more sources and ports",
-            groups.len() - GROUPS_LISTED
-        );
-    }
+    write_groups(&mut stderr, &groups);
     if report.truncated {
         let _ = writeln!(
             stderr,

@@ -66,16 +66,12 @@ impl Prepared {
     /// among the sources and ports either names; `None` when no apply recorded its policies
     /// (or they are the same files).
     pub fn cut_off(&self, settings: &Settings) -> Option<Impact> {
-        let applied = StateDir::new(&settings.state_dir).applied().ok()??;
-        if applied.policy_files.is_empty() || applied.policy_files == self.policy_files {
-            return None;
-        }
-        let before = policy_set::from_files(&applied.policy_files);
-        if !before.is_valid() {
+        let (files, before) = applied_policies(settings)?;
+        if files == self.policy_files {
             return None;
         }
         Some(impact::cuts(
-            &before.model,
+            &before,
             &self.model,
             &settings.config,
             &self.facts,
@@ -86,12 +82,19 @@ impl Prepared {
 /// The policies the last apply recorded, validated; `None` when none was recorded (nothing
 /// applied yet, or by a version that did not record them).
 pub fn applied_model(settings: &Settings) -> Option<crate::model::Model> {
+    applied_policies(settings).map(|(_, model)| model)
+}
+
+/// The policy files the last apply recorded, and their model.
+fn applied_policies(
+    settings: &Settings,
+) -> Option<(Vec<crate::counters::PolicyFile>, crate::model::Model)> {
     let applied = StateDir::new(&settings.state_dir).applied().ok()??;
     if applied.policy_files.is_empty() {
         return None;
     }
     let set = policy_set::from_files(&applied.policy_files);
-    set.is_valid().then_some(set.model)
+    set.is_valid().then_some((applied.policy_files, set.model))
 }
 
 /// The established connections the change would cut, counted (read from the conntrack

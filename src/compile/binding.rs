@@ -385,6 +385,15 @@ impl Path {
             || (matches!(self, Path::NormalIn | Path::NormalOut) && !binding.endpoint.default_allow)
     }
 
+    /// Whether the path judges with normal (filter) policy, whose tiers end in their default
+    /// action and whose chains drop what conntrack finds invalid.
+    pub fn is_normal(self) -> bool {
+        matches!(
+            self,
+            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
+        )
+    }
+
     /// Every path, in the order the compiler builds them.
     pub const ALL: [Path; 7] = [
         Path::UntrackedIn,

@@ -25,11 +25,7 @@ impl Compiler<'_> {
     ) -> Chain {
         let marks = self.marks;
         let mut rules = Vec::new();
-        if matches!(
-            path,
-            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        ) && path.enforced(binding)
-        {
+        if path.is_normal() && path.enforced(binding) {
             rules.push(
                 Rule::new(vec![Match::Conntrack(CtState::Invalid)], Action::Drop)
                     .comment("drop packets conntrack finds invalid"),
@@ -60,10 +56,7 @@ impl Compiler<'_> {
                 .model
                 .tier(tier)
                 .is_none_or(|tier| tier.default_action == TierAction::Deny);
-            let normal = matches!(
-                path,
-                Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-            );
+            let normal = path.is_normal();
             if normal && denies {
                 rules.extend(self.end_of_tier(path.direction(), tier));
             } else if normal && self.config.log_actions.contains(&model::Action::Pass) {

@@ -101,7 +101,7 @@ struct Compiler<'a> {
 /// `config.mark_mask` must have five bits (the config loader refuses other masks); a config
 /// built in code with fewer falls back to the default mask's bits.
 pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
-    let marks = MarkBits::from_mask(config.mark_mask).unwrap_or(DEFAULT_MARKS);
+    let marks = marks_of(config);
     let compiler = Compiler {
         model,
         config,
@@ -162,6 +162,13 @@ pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
                 .collect(),
         },
     }
+}
+
+/// The mark bits of `config.mark_mask`: five bits (the config loader refuses other masks); a
+/// config built in code with fewer falls back to the default mask's bits. The compiler and the
+/// trace carve them the same way.
+pub fn marks_of(config: &Config) -> MarkBits {
+    MarkBits::from_mask(config.mark_mask).unwrap_or(DEFAULT_MARKS)
 }
 
 /// The bits of the default mask `0xffff0000`.

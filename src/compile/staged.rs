@@ -44,10 +44,7 @@ impl Compiler<'_> {
         let direction = path.direction();
         let verdict_bits = marks.accept | marks.pass | marks.drop;
         let undecided = || vec![mark_clear(verdict_bits)];
-        let normal = matches!(
-            path,
-            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        );
+        let normal = path.is_normal();
         let mut out = vec![
             Rule::new(Vec::new(), clear_bits(verdict_bits))
                 .comment("Start of staged policies: they log, never drop"),

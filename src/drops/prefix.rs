@@ -316,49 +316,27 @@ impl Resolver {
         let logs = &config.log_actions;
         let mut tiers: BTreeSet<&str> = model.tiers().iter().map(|t| t.name.as_str()).collect();
         tiers.insert(DEFAULT_TIER);
-        for policy in model.policies() {
-            tiers.insert(&policy.tier);
-            for direction in [Direction::Ingress, Direction::Egress] {
-                for (index, rule) in policy
-                    .rules(direction)
-                    .unwrap_or_default()
-                    .iter()
-                    .enumerate()
-                {
-                    let action = LoggedAction::of_rule(rule.action);
-                    if rule.action != model::Action::Log && !logs.contains(&rule.action) {
-                        continue;
-                    }
-                    let prefix =
-                        nflog_prefix(action.letter(), direction, Some(index), &policy.name);
-                    known.insert(
-                        prefix,
-                        Verdict::Rule {
-                            policy: policy.name.clone(),
-                            tier: Some(policy.tier.clone()),
-                            direction,
-                            rule: index,
-                            action,
-                            staged: false,
-                        },
-                    );
-                }
-            }
-        }
-        // Staged policies: a Deny always logs, the rest as `logActions` says; their tiers' ends
-        // as `DPI|staged:<tier>` (always) and `PPI|staged:<tier>` (when Pass logs).
         let mut staged_tiers: BTreeSet<&str> = BTreeSet::new();
-        for policy in model.staged_policies() {
-            staged_tiers.insert(&policy.tier);
-            let name = crate::compile::rules::staged_name(&policy.name);
+        // Enforced policies log what `logActions` lists (and Log rules); staged ones also
+        // always log a Deny, under `staged:<name>`.
+        let enforced = model.policies().iter().map(|policy| (policy, false));
+        let staged = model.staged_policies().iter().map(|policy| (policy, true));
+        for (policy, is_staged) in enforced.chain(staged) {
+            if is_staged {
+                staged_tiers.insert(&policy.tier);
+            } else {
+                tiers.insert(&policy.tier);
+            }
+            let name = if is_staged {
+                crate::compile::rules::staged_name(&policy.name)
+            } else {
+                policy.name.clone()
+            };
             for direction in [Direction::Ingress, Direction::Egress] {
-                for (index, rule) in policy
-                    .rules(direction)
-                    .unwrap_or_default()
-                    .iter()
-                    .enumerate()
-                {
-                    let always = matches!(rule.action, model::Action::Log | model::Action::Deny);
+                let rules = policy.rules(direction).unwrap_or_default();
+                for (index, rule) in rules.iter().enumerate() {
+                    let always = rule.action == model::Action::Log
+                        || (is_staged && rule.action == model::Action::Deny);
                     if !always && !logs.contains(&rule.action) {
                         continue;
                     }
@@ -371,39 +349,19 @@ impl Resolver {
                             direction,
                             rule: index,
                             action,
-                            staged: true,
+                            staged: is_staged,
                         },
                     );
                 }
             }
         }
-        for tier in staged_tiers {
-            let name = crate::compile::rules::staged_name(tier);
-            let passes = model
-                .tier(tier)
-                .is_some_and(|t| t.default_action == model::TierAction::Pass);
-            let action = if passes {
-                LoggedAction::Pass
-            } else {
-                LoggedAction::Deny
-            };
-            if passes && !logs.contains(&model::Action::Pass) {
-                continue;
-            }
-            for direction in [Direction::Ingress, Direction::Egress] {
-                known.insert(
-                    nflog_prefix(action.letter(), direction, None, &name),
-                    Verdict::EndOfTier {
-                        tier: tier.to_owned(),
-                        direction,
-                        action,
-                        staged: true,
-                    },
-                );
-            }
-        }
-        for tier in tiers {
-            // A tier ends in its default action: a drop (`DP…|tier`) or a pass (`PP…|tier`).
+        // A tier ends in its default action: a drop (`DP…|tier`, logged when Deny logs; a
+        // staged one always, as `DP…|staged:<tier>`) or a pass (`PP…|tier`, when Pass logs).
+        let ends = tiers
+            .into_iter()
+            .map(|tier| (tier, false))
+            .chain(staged_tiers.into_iter().map(|tier| (tier, true)));
+        for (tier, is_staged) in ends {
             let passes = model
                 .tier(tier)
                 .is_some_and(|t| t.default_action == model::TierAction::Pass);
@@ -412,17 +370,23 @@ impl Resolver {
             } else {
                 (LoggedAction::Deny, model::Action::Deny)
             };
-            if !logs.contains(&logged) {
+            let always = is_staged && !passes;
+            if !always && !logs.contains(&logged) {
                 continue;
             }
+            let name = if is_staged {
+                crate::compile::rules::staged_name(tier)
+            } else {
+                tier.to_owned()
+            };
             for direction in [Direction::Ingress, Direction::Egress] {
                 known.insert(
-                    nflog_prefix(action.letter(), direction, None, tier),
+                    nflog_prefix(action.letter(), direction, None, &name),
                     Verdict::EndOfTier {
                         tier: tier.to_owned(),
                         direction,
                         action,
-                        staged: false,
+                        staged: is_staged,
                     },
                 );
             }

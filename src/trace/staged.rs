@@ -22,10 +22,7 @@ impl Tracer<'_> {
         }
         let marks = self.marks;
         let verdict_bits = marks.accept | marks.pass | marks.drop;
-        let normal = matches!(
-            path,
-            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        );
+        let normal = path.is_normal();
         let direction = path.direction();
         let group = self.nflog_group(direction);
         self.bits &= !verdict_bits;
