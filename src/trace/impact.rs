@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::{ConnState, Outcome, Packet, Travel, Verdict, trace};
+use super::{ConnState, Evaluator, Outcome, Packet, Travel, Verdict};
 use crate::compile::binding;
 use crate::config::Config;
 use crate::facts::HostFacts;
@@ -55,6 +55,10 @@ pub fn cuts(before: &Model, after: &Model, config: &Config, host: &HostFacts) ->
     let ports = named_ports(&[before, after]);
     let interfaces = bound_interfaces(&[before, after], config, host);
     let own = host.own_addresses(&config.host_interface_exclude);
+    let (before, after) = (
+        Evaluator::new(before, config, host),
+        Evaluator::new(after, config, host),
+    );
     let mut impact = Impact::default();
     for src in sources {
         let family = IpFamily::of_addr(&src);
@@ -77,11 +81,11 @@ pub fn cuts(before: &Model, after: &Model, config: &Config, host: &HostFacts) ->
                     state: ConnState::New,
                 };
                 impact.checked += 1;
-                let was = trace(before, config, host, &packet).verdict;
+                let was = before.trace(&packet).verdict;
                 if was.outcome == Outcome::Dropped {
                     continue;
                 }
-                let now = trace(after, config, host, &packet).verdict;
+                let now = after.trace(&packet).verdict;
                 if now.outcome == Outcome::Dropped {
                     impact.cuts.push(Cut {
                         src,

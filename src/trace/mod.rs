@@ -36,72 +36,100 @@ pub const DEFAULT_SOURCE_PORT: u16 = 49152;
 
 /// Traces `packet` through the rules compiled from `model` for this host.
 pub fn trace(model: &Model, config: &Config, host: &HostFacts, packet: &Packet) -> Trace {
-    let marks = MarkBits::from_mask(config.mark_mask).unwrap_or(DEFAULT_MARKS);
-    let mut warnings = Vec::new();
-    let endpoints = binding::endpoints_of_host(model, config, host);
-    let bindings = binding::bind(model, endpoints, host, &mut warnings);
-    let family = packet.family();
-    let mut tracer = Tracer {
-        model,
-        config,
-        marks,
-        packet,
-        family,
-        bindings: &bindings,
-        own_addresses: host.own_addresses(&config.host_interface_exclude),
-        bits: 0,
-        logs: Vec::new(),
-        decision: None,
-    };
-    let mut notes = Vec::new();
-    let mut stages = Vec::new();
-    if host.families().contains(&family) {
-        for hook in hooks(packet.travel) {
-            let stage = tracer.stage(&hook);
-            stages.extend(stage);
-            if tracer
-                .decision
-                .as_ref()
-                .is_some_and(|d| d.outcome == Outcome::Dropped)
-            {
-                break;
-            }
+    Evaluator::new(model, config, host).trace(packet)
+}
+
+/// The policies bound to this host's endpoints once, for tracing many packets (what a change
+/// cuts off, which connections to revoke).
+pub struct Evaluator<'m> {
+    model: &'m Model,
+    config: &'m Config,
+    host: &'m HostFacts,
+    marks: MarkBits,
+    bindings: Vec<Binding<'m>>,
+    own_addresses: Vec<IpAddr>,
+}
+
+impl<'m> Evaluator<'m> {
+    /// Binds `model`'s policies to the endpoints of `host`, as the compiler does.
+    pub fn new(model: &'m Model, config: &'m Config, host: &'m HostFacts) -> Evaluator<'m> {
+        let mut warnings = Vec::new();
+        let endpoints = binding::endpoints_of_host(model, config, host);
+        Evaluator {
+            model,
+            config,
+            host,
+            marks: crate::compile::marks_of(config),
+            bindings: binding::bind(model, endpoints, host, &mut warnings),
+            own_addresses: host.own_addresses(&config.host_interface_exclude),
         }
-    } else {
-        notes.push(format!(
-            "{family} rules are not programmed on this host ({})",
-            host.ipv6_off_reason
-                .as_deref()
-                .unwrap_or("IPv6 is turned off")
-        ));
     }
-    let verdict = tracer.decision.take().unwrap_or_else(|| Verdict {
-        outcome: Outcome::NotOurs,
-        reason: "no rule of nodeport-guard decided about this packet".to_owned(),
-        at: None,
-        policy: None,
-        tier: None,
-        rule: None,
-        nflog_prefix: None,
-    });
-    Trace {
-        packet: packet.clone(),
-        family: family.to_string(),
-        notes,
-        stages,
-        logs: tracer.logs,
-        verdict,
+
+    /// Traces `packet`.
+    pub fn trace(&self, packet: &Packet) -> Trace {
+        let family = packet.family();
+        let tracer = Tracer {
+            model: self.model,
+            config: self.config,
+            marks: self.marks,
+            packet,
+            family,
+            bindings: &self.bindings,
+            own_addresses: &self.own_addresses,
+            bits: 0,
+            logs: Vec::new(),
+            decision: None,
+        };
+        tracer.run(self.host)
     }
 }
 
-/// The mark bits of the default mask (a config built in code may carry fewer bits).
-const DEFAULT_MARKS: MarkBits = MarkBits {
-    accept: 0x1_0000,
-    pass: 0x2_0000,
-    drop: 0x4_0000,
-    scratch0: 0x8_0000,
-    scratch1: 0x10_0000,
-};
+impl Tracer<'_> {
+    /// The whole path of the packet, table by table, and the verdict.
+    fn run(mut self, host: &HostFacts) -> Trace {
+        let packet = self.packet;
+        let family = self.family;
+        let mut notes = Vec::new();
+        let mut stages = Vec::new();
+        if host.families().contains(&family) {
+            for hook in hooks(packet.travel) {
+                let stage = self.stage(&hook);
+                stages.extend(stage);
+                if self
+                    .decision
+                    .as_ref()
+                    .is_some_and(|d| d.outcome == Outcome::Dropped)
+                {
+                    break;
+                }
+            }
+        } else {
+            notes.push(format!(
+                "{family} rules are not programmed on this host ({})",
+                host.ipv6_off_reason
+                    .as_deref()
+                    .unwrap_or("IPv6 is turned off")
+            ));
+        }
+        let verdict = self.decision.take().unwrap_or_else(|| Verdict {
+            outcome: Outcome::NotOurs,
+            reason: "no rule of nodeport-guard decided about this packet".to_owned(),
+            at: None,
+            policy: None,
+            tier: None,
+            rule: None,
+            nflog_prefix: None,
+        });
+        Trace {
+            packet: packet.clone(),
+            family: family.to_string(),
+            notes,
+            stages,
+            logs: self.logs,
+            verdict,
+        }
+    }
+}
 
 /// One hooked kernel chain and the paths its top-level chain dispatches to, in the compiler's
 /// shape (`compile::dispatch`).
@@ -208,7 +236,7 @@ struct Tracer<'a> {
     packet: &'a Packet,
     family: IpFamily,
     bindings: &'a [Binding<'a>],
-    own_addresses: Vec<IpAddr>,
+    own_addresses: &'a [IpAddr],
     /// Our mark bits on the packet.
     bits: u32,
     logs: Vec<Logged>,
@@ -397,10 +425,7 @@ impl Tracer<'_> {
         at: &str,
         steps: &mut Vec<Step>,
     ) -> ChainEnd {
-        let normal = matches!(
-            path,
-            Path::NormalIn | Path::NormalOut | Path::ForwardIn | Path::ForwardOut
-        );
+        let normal = path.is_normal();
         let direction = path.direction();
         if normal && path.enforced(binding) && self.packet.state == ConnState::Invalid {
             steps.push(chain_step(

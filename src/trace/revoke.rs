@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::{ConnState, Outcome, Packet, Travel, Verdict, trace};
+use super::{ConnState, Evaluator, Outcome, Packet, Travel, Verdict};
 use crate::config::Config;
 use crate::conntrack::Flow;
 use crate::facts::HostFacts;
@@ -25,8 +25,10 @@ const WITH_PORTS: [u8; 4] = [6, 17, 132, 136];
 pub struct Judge<'a> {
     before: Option<&'a Model>,
     after: &'a Model,
-    config: &'a Config,
     host: &'a HostFacts,
+    /// The policies before and after, bound to this host's endpoints once.
+    judge_before: Option<Evaluator<'a>>,
+    judge_after: Evaluator<'a>,
     host_addresses: Vec<IpAddr>,
     source_ports_matter: bool,
     seen: HashMap<Key, Option<Verdict>>,
@@ -71,8 +73,9 @@ impl<'a> Judge<'a> {
         Judge {
             before,
             after,
-            config,
             host,
+            judge_before: before.map(|model| Evaluator::new(model, config, host)),
+            judge_after: Evaluator::new(after, config, host),
             host_addresses,
             source_ports_matter,
             seen: HashMap::new(),
@@ -147,14 +150,12 @@ impl<'a> Judge<'a> {
             },
             state: ConnState::New,
         };
-        let now = trace(self.after, self.config, self.host, &packet).verdict;
+        let now = self.judge_after.trace(&packet).verdict;
         let verdict = (now.outcome == Outcome::Dropped
-            && self.before.is_none_or(|before| {
-                trace(before, self.config, self.host, &packet)
-                    .verdict
-                    .outcome
-                    != Outcome::Dropped
-            }))
+            && self
+                .judge_before
+                .as_ref()
+                .is_none_or(|before| before.trace(&packet).verdict.outcome != Outcome::Dropped))
         .then_some(now);
         self.seen.insert(key, verdict.clone());
         verdict
