@@ -469,9 +469,10 @@ fn rollback_watcher_tries_again_after_a_failed_restore(backend: Backend) {
     let rolled_back = wait_until(Duration::from_secs(15), POLL, || now() == a);
     assert!(
         rolled_back,
-        "not rolled back after a failed first attempt:\n{}\ncalls:\n{}",
+        "not rolled back after a failed first attempt:\n{}\ncalls:\n{}\nwatcher.log:\n{}",
         a.diff(&now()),
-        wrappers.calls()
+        wrappers.calls(),
+        std::fs::read_to_string(guard.state_dir().join("watcher.log")).unwrap_or_default()
     );
     assert!(
         wrappers.calls().contains("-> broken"),
