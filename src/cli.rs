@@ -305,3 +305,150 @@ pub enum GenerateWhat {
     /// bash, zsh and fish completions
     Completions,
 }
+
+/// The command line as the binary parses it and the man pages and completions show it: the
+/// global options are listed once, in `nodeport-guard --help`; each command's help names them
+/// in one line instead of repeating ~45 lines of them.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    let command = Cli::command();
+    let globals: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| arg.is_global_set())
+        .cloned()
+        .collect();
+    let names: Vec<String> = globals.iter().map(spelling).collect();
+    let note = format!(
+        "Global options ({}): see `nodeport-guard --help`.",
+        names.join(", ")
+    );
+    with_hidden_globals(command, &globals, &note, true)
+}
+
+/// How an option is written on the command line: `--config`, `-v/--verbose`.
+fn spelling(arg: &clap::Arg) -> String {
+    match (arg.get_short(), arg.get_long()) {
+        (Some(short), Some(long)) => format!("-{short}/--{long}"),
+        (None, Some(long)) => format!("--{long}"),
+        (Some(short), None) => format!("-{short}"),
+        (None, None) => arg.get_id().to_string(),
+    }
+}
+
+/// Gives every command below `command` its own hidden copy of the global options (clap then
+/// does not propagate the visible ones; their values still reach the top level) and the note
+/// that names them.
+fn with_hidden_globals(
+    mut command: clap::Command,
+    globals: &[clap::Arg],
+    note: &str,
+    top: bool,
+) -> clap::Command {
+    if !top {
+        for arg in globals {
+            command = command.arg(arg.clone().hide(true));
+        }
+        command = match command.get_after_help() {
+            Some(after) => {
+                let after = format!("{after}\n\n{note}");
+                command.after_help(after)
+            }
+            None => command.after_help(note.to_owned()),
+        };
+    }
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    for name in names {
+        command =
+            command.mut_subcommand(name, |sub| with_hidden_globals(sub, globals, note, false));
+    }
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::FromArgMatches as _;
+
+    fn parse(args: &[&str]) -> Cli {
+        let matches = command()
+            .try_get_matches_from(args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn global_options_are_listed_once_and_named_in_each_commands_help() {
+        let mut top = command();
+        let top_help = top.render_long_help().to_string();
+        assert!(top_help.contains("--state-dir <DIR>"), "{top_help}");
+        let mut command = command();
+        command.build();
+        for sub in command.get_subcommands_mut() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            for help in [
+                sub.render_long_help().to_string(),
+                sub.render_help().to_string(),
+            ] {
+                assert!(
+                    !help.contains("--state-dir <DIR>") && !help.contains("--log-format <"),
+                    "`{}` repeats the global options:\n{help}",
+                    sub.get_name()
+                );
+                assert!(
+                    help.contains("Global options (--config, --policies, --backend, -v/--verbose")
+                        && help.contains("see `nodeport-guard --help`"),
+                    "`{}` does not name the global options:\n{help}",
+                    sub.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn global_options_still_work_before_and_after_the_command() {
+        let before = parse(&[
+            "nodeport-guard",
+            "--policies",
+            "/p",
+            "-v",
+            "--state-dir",
+            "/s",
+            "plan",
+        ]);
+        let after = parse(&[
+            "nodeport-guard",
+            "plan",
+            "--policies",
+            "/p",
+            "-v",
+            "--state-dir",
+            "/s",
+        ]);
+        for cli in [before, after] {
+            assert_eq!(
+                cli.global.policies.as_deref(),
+                Some(std::path::Path::new("/p"))
+            );
+            assert_eq!(cli.global.state_dir, std::path::Path::new("/s"));
+            assert_eq!(cli.global.verbose, 1);
+            assert!(matches!(cli.command, Command::Plan { .. }));
+        }
+        let defaults = parse(&["nodeport-guard", "status"]);
+        assert_eq!(
+            defaults.global.state_dir,
+            std::path::Path::new("/run/nodeport-guard")
+        );
+        assert_eq!(defaults.global.log_format, LogFormat::Text);
+        // The hidden copies do not make unknown options acceptable.
+        assert!(
+            command()
+                .try_get_matches_from(["nodeport-guard", "plan", "--bogus"])
+                .is_err()
+        );
+    }
+}

@@ -4,13 +4,16 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser as _;
+use clap::FromArgMatches as _;
 use nodeport_guard::cli::Cli;
 use nodeport_guard::dataplane::SystemRunner;
 
 /// Usage errors exit 1 like every other error (`--help` and `--version` exit 0).
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match nodeport_guard::cli::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();

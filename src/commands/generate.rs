@@ -6,13 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, GenerateWhat};
+use crate::cli::GenerateWhat;
 
 /// `generate man|completions --out-dir DIR`.
 pub fn run(what: GenerateWhat, out_dir: &Path) -> Result<ExitCode> {
-    use clap::CommandFactory as _;
     fs_err::create_dir_all(out_dir)?;
-    let mut command = Cli::command();
+    let mut command = crate::cli::command();
     match what {
         GenerateWhat::Man => {
             // One page for the program and one per command, which the main page refers to;
