@@ -440,6 +440,75 @@ pub const MAX_COMMENT: usize = 255;
 /// Bytes of each packet NFLOG copies: enough for the IP and TCP/UDP headers.
 pub const NFLOG_SIZE: u32 = 80;
 
+/// The keyword of an IP protocol number as `iptables-save` and `nft list` print it: both ask
+/// `getprotobynumber(3)`, whose names on Debian and most distributions are netbase's
+/// `/etc/protocols`, reproduced here; `None` for numbers it has no name for.
+pub fn protocol_keyword(number: u8) -> Option<&'static str> {
+    Some(match number {
+        0 => "ip",
+        1 => "icmp",
+        2 => "igmp",
+        3 => "ggp",
+        4 => "ipencap",
+        5 => "st",
+        6 => "tcp",
+        8 => "egp",
+        9 => "igp",
+        12 => "pup",
+        17 => "udp",
+        20 => "hmp",
+        22 => "xns-idp",
+        27 => "rdp",
+        29 => "iso-tp4",
+        33 => "dccp",
+        36 => "xtp",
+        37 => "ddp",
+        38 => "idpr-cmtp",
+        41 => "ipv6",
+        43 => "ipv6-route",
+        44 => "ipv6-frag",
+        45 => "idrp",
+        46 => "rsvp",
+        47 => "gre",
+        50 => "esp",
+        51 => "ah",
+        57 => "skip",
+        58 => "ipv6-icmp",
+        59 => "ipv6-nonxt",
+        60 => "ipv6-opts",
+        73 => "rspf",
+        81 => "vmtp",
+        88 => "eigrp",
+        89 => "ospf",
+        93 => "ax.25",
+        94 => "ipip",
+        97 => "etherip",
+        98 => "encap",
+        103 => "pim",
+        108 => "ipcomp",
+        112 => "vrrp",
+        115 => "l2tp",
+        124 => "isis",
+        132 => "sctp",
+        133 => "fc",
+        135 => "mobility-header",
+        136 => "udplite",
+        137 => "mpls-in-ip",
+        138 => "manet",
+        139 => "hip",
+        140 => "shim6",
+        141 => "wesp",
+        142 => "rohc",
+        143 => "ethernet",
+        _ => return None,
+    })
+}
+
+/// A protocol as the kernel's tools print it: its keyword, else its number.
+pub fn protocol_text(number: u8) -> String {
+    protocol_keyword(number).map_or_else(|| number.to_string(), str::to_owned)
+}
+
 /// Makes text safe inside a double-quoted comment or log prefix of every backend: characters
 /// other than letters, digits and ` _.,:;=/@%+|()#-` become `_`, and it is cut to
 /// [`MAX_COMMENT`].

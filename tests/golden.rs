@@ -112,9 +112,10 @@ fn mission_example_keeps_felix_shape() {
             "MARK --set-xmark 0x10000/0x10000",
             "RETURN",
             "MARK --set-xmark 0x40000/0x40000",
-            "NFLOG --nflog-group 1 --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-size 80 --nflog-threshold 1",
+            "NFLOG --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-group 1 --nflog-size 80 --nflog-threshold 1",
             "DROP",
         ]
     );
-    assert!(policy_rules[6].contains("-p tcp -m multiport --dports 30008"));
+    assert!(policy_rules[6].contains("-p tcp -m comment"));
+    assert!(policy_rules[6].contains("-m multiport --dports 30008"));
 }

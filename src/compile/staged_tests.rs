@@ -2,7 +2,7 @@
 //! with golden-style assertions on the rendered iptables rules.
 
 use super::*;
-use crate::dataplane::iptables::render::render_chain;
+use crate::dataplane::iptables::render::compiled_rules;
 use crate::model::Action as PolicyAction;
 use crate::ruleset::Action;
 use crate::source::{SourceFile, Sources};
@@ -60,7 +60,7 @@ fn compile_yaml(text: &str, config: &Config) -> Compiled {
     compile(&model, config, &HostFacts::minimal("node-1"))
 }
 
-/// The rendered rules of a chain without their hash comments.
+/// The rules of a chain without their hash comments, matches in the compiler's order.
 fn text(compiled: &Compiled, family: IpFamily, table: Table, chain: &str) -> Vec<String> {
     let chain = compiled
         .ruleset
@@ -68,17 +68,7 @@ fn text(compiled: &Compiled, family: IpFamily, table: Table, chain: &str) -> Vec
         .and_then(|f| f.table(table))
         .and_then(|t| t.chain(chain))
         .unwrap_or_else(|| panic!("no chain {chain}"));
-    render_chain(table, chain, family)
-        .into_iter()
-        .map(|rule| {
-            let line = rule.line;
-            let start = line.find(" -m comment --comment \"npg:").expect("hash");
-            let end = line[start + 1..]
-                .find("\" ")
-                .map_or(line.len(), |e| start + 1 + e + 1);
-            format!("{}{}", &line[..start], &line[end..])
-        })
-        .collect()
+    compiled_rules(chain)
 }
 
 const ENDPOINT: &str = "npg-fh-all-interfaces.any";
@@ -108,7 +98,7 @@ fn the_staged_section_runs_after_the_failsafes_and_clears_its_marks() {
         ),
         format!("-A {ENDPOINT} -m mark --mark 0x0/0x70000 -j npg-spi-office-only"),
         format!(
-            "{} -m mark --mark 0x0/0x70000 -j NFLOG --nflog-group 1 --nflog-prefix \"DPI|staged:default\" --nflog-size 80 --nflog-threshold 1",
+            "{} -m mark --mark 0x0/0x70000 -j NFLOG --nflog-prefix \"DPI|staged:default\" --nflog-group 1 --nflog-size 80 --nflog-threshold 1",
             c("End of staged tier default: would drop, logged")
         ),
         format!(
@@ -142,7 +132,7 @@ fn a_staged_policy_chain_logs_with_the_staged_prefix_and_never_drops() {
     };
     let nflog = |prefix: &str| {
         format!(
-            "-j NFLOG --nflog-group 1 --nflog-prefix \"{prefix}\" --nflog-size 80 --nflog-threshold 1"
+            "-j NFLOG --nflog-prefix \"{prefix}\" --nflog-group 1 --nflog-size 80 --nflog-threshold 1"
         )
     };
     let expected = vec![
@@ -368,7 +358,7 @@ spec:
     assert_eq!(chain, "npg-spo-no-smtp");
     let rules = text(&compiled, IpFamily::V4, Table::Filter, &chain).join("\n");
     assert!(
-        rules.contains("--nflog-group 2 --nflog-prefix \"DPE0|staged:no-smtp\""),
+        rules.contains("--nflog-prefix \"DPE0|staged:no-smtp\" --nflog-group 2"),
         "{rules}"
     );
     assert!(!rules.contains("-j DROP"), "{rules}");
@@ -381,7 +371,7 @@ spec:
     let endpoint = endpoint.join("\n");
     assert!(endpoint.contains("-j npg-spo-no-smtp"), "{endpoint}");
     assert!(
-        endpoint.contains("--nflog-group 2 --nflog-prefix \"DPE|staged:default\""),
+        endpoint.contains("--nflog-prefix \"DPE|staged:default\" --nflog-group 2"),
         "{endpoint}"
     );
     // Only a staged policy selects the host: its own traffic is not default-deny.

@@ -2,7 +2,7 @@
 //! golden tests in `tests/` run the whole pipeline from YAML).
 
 use super::*;
-use crate::dataplane::iptables::render::render_chain;
+use crate::dataplane::iptables::render::compiled_rules;
 use crate::model::{
     Action as PolicyAction, EndpointInterface, EntityRule, HostEndpoint, Origin, Policy,
     PolicyKind, Port, Protocol, Rule as PolicyRule,
@@ -91,7 +91,8 @@ fn compile_policies(policies: Vec<Policy>, config: &Config) -> Compiled {
     compile(&model, config, &host())
 }
 
-/// The rendered rules of one chain, without the hash comments, for readable assertions.
+/// The rules of one chain, without the hash comments and with matches in the compiler's
+/// order, for readable assertions.
 fn chain_text(compiled: &Compiled, family: IpFamily, table: Table, chain: &str) -> Vec<String> {
     let table_rules = compiled
         .ruleset
@@ -101,19 +102,7 @@ fn chain_text(compiled: &Compiled, family: IpFamily, table: Table, chain: &str) 
     let chain = table_rules
         .chain(chain)
         .unwrap_or_else(|| panic!("no chain {chain}"));
-    render_chain(table, chain, family)
-        .into_iter()
-        .map(|rule| {
-            let line = rule.line;
-            let start = line
-                .find(" -m comment --comment \"npg:")
-                .expect("hash comment");
-            let end = line[start + 1..]
-                .find("\" ")
-                .map_or(line.len(), |e| start + 1 + e + 1);
-            format!("{}{}", &line[..start], &line[end..])
-        })
-        .collect()
+    compiled_rules(chain)
 }
 
 #[test]
@@ -134,7 +123,7 @@ fn mission_policy_chain_has_felix_shape() {
             "-A {chain} {comment} 1\" -p tcp -m multiport --dports 30008 -j MARK --set-xmark 0x40000/0x40000"
         ),
         format!(
-            "-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j NFLOG --nflog-group 1 --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-size 80 --nflog-threshold 1"
+            "-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j NFLOG --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-group 1 --nflog-size 80 --nflog-threshold 1"
         ),
         format!("-A {chain} {comment} 1\" -m mark --mark 0x40000/0x40000 -j DROP"),
     ];
@@ -158,7 +147,7 @@ fn logging_allow_adds_nflog_before_the_return() {
     let compiled = compile_policies(vec![mission()], &config);
     let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
     let rules = chain_text(&compiled, IpFamily::V4, Table::Mangle, &chain);
-    assert!(rules[5].contains("-m mark --mark 0x10000/0x10000 -j NFLOG --nflog-group 1 --nflog-prefix \"API0|allow-cluster-nodeport-only\""), "{rules:#?}");
+    assert!(rules[5].contains("-m mark --mark 0x10000/0x10000 -j NFLOG --nflog-prefix \"API0|allow-cluster-nodeport-only\" --nflog-group 1"), "{rules:#?}");
     assert!(
         rules[6].ends_with("-m mark --mark 0x10000/0x10000 -j RETURN"),
         "{rules:#?}"

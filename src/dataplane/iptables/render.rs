@@ -1,8 +1,11 @@
 //! `iptables-restore` text for a [`Ruleset`].
 //!
-//! Every rule we write starts with `-m comment --comment "npg:<hash>"`, where the hash covers
-//! the table, the chain and the rest of the rule. `iptables-save` prints rules back in its own
-//! order and spelling, so we never compare rule text: we compare these hashes.
+//! Every rule we write carries `-m comment --comment "npg:<hash>"`, where the hash covers the
+//! table, the chain and the rest of the rule; rules are compared by these hashes. Rules are
+//! written in the order and spelling `iptables-save` prints them back (the addresses,
+//! interfaces and protocol of the IP header first, then the matches in the order given, then
+//! the target with its options in iptables' order), so a rule read back reads exactly as it was
+//! rendered and a plan's diff shows only what changed.
 
 use std::fmt::Write as _;
 
@@ -10,19 +13,29 @@ use crate::model::IpFamily;
 use crate::ruleset::{
     Action, Chain, CtState, Hook, Match, Rule, SetLookup, Side, Table, TableRuleset,
 };
-use crate::ruleset::{NFLOG_SIZE, Ruleset, push_sanitized, sanitize_comment};
+use crate::ruleset::{NFLOG_SIZE, Ruleset, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
-fn protocol_name(number: u8, family: IpFamily) -> String {
-    match (number, family) {
-        (6, _) => "tcp".into(),
-        (17, _) => "udp".into(),
-        (1, _) => "icmp".into(),
-        (58, IpFamily::V6) => "ipv6-icmp".into(),
-        (132, _) => "sctp".into(),
-        (136, _) => "udplite".into(),
-        (other, _) => other.to_string(),
+/// A string option as `iptables-save` prints it (libxtables' `xtables_save_string`): bare when
+/// it is only letters, digits, `_` and `-`, else in double quotes with `"`, `\\` and `'`
+/// escaped. `text` is sanitized already.
+fn push_saved_string(out: &mut String, text: &str) {
+    let bare = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        out.push_str(text);
+        return;
     }
+    out.push('"');
+    for c in text.chars() {
+        if matches!(c, '"' | '\\' | '\'') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 fn hex(value: u32) -> String {
@@ -41,14 +54,14 @@ fn bang(negated: bool) -> &'static str {
 }
 
 /// The match part of a rule.
-pub fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
+pub fn render_match(out: &mut String, matched: &Match) {
     match matched {
         Match::Protocol { number, negated } => {
             let _ = write!(
                 out,
                 " {}-p {}",
                 bang(*negated),
-                protocol_name(*number, family)
+                crate::ruleset::protocol_text(*number)
             );
         }
         Match::Net { side, net, negated } => {
@@ -149,43 +162,80 @@ pub fn render_action(out: &mut String, action: &Action) {
             let _ = write!(out, " -j MARK --set-xmark {}/{}", hex(*value), hex(*mask));
         }
         Action::Nflog { group, prefix } => {
-            let _ = write!(out, " -j NFLOG --nflog-group {group} --nflog-prefix \"");
-            push_sanitized(out, prefix);
-            let _ = write!(out, "\" --nflog-size {NFLOG_SIZE} --nflog-threshold 1");
+            out.push_str(" -j NFLOG --nflog-prefix ");
+            push_saved_string(out, &sanitize_comment(prefix));
+            let _ = write!(
+                out,
+                " --nflog-group {group} --nflog-size {NFLOG_SIZE} --nflog-threshold 1"
+            );
         }
         Action::NoTrack => out.push_str(" -j CT --notrack"),
     }
 }
 
-/// Everything of a rule after its hash comment: the words comment, matches and action.
-pub fn rule_body(rule: &Rule, family: IpFamily) -> String {
-    let mut body = String::new();
+/// Where `iptables-save` prints a match of the IP header (`-s`, `-d`, `-i`, `-o`, `-p`, in
+/// that order, before every `-m` match); `None` for the others, which it prints in the order
+/// they were given.
+fn header_position(matched: &Match) -> Option<u8> {
+    match matched {
+        Match::Net {
+            side: Side::Source, ..
+        } => Some(0),
+        Match::Net {
+            side: Side::Destination,
+            ..
+        } => Some(1),
+        Match::InInterface(_) => Some(2),
+        Match::OutInterface(_) => Some(3),
+        Match::Protocol { .. } => Some(4),
+        _ => None,
+    }
+}
+
+/// A rule in `iptables-save`'s spelling, in two parts: the IP header matches (which come
+/// before our hash comment, as iptables prints them) and everything after the hash comment:
+/// the words comment, the other matches and the action.
+pub fn rule_parts(rule: &Rule) -> (String, String) {
+    let mut header: Vec<(u8, &Match)> = rule
+        .matches
+        .iter()
+        .filter_map(|matched| header_position(matched).map(|position| (position, matched)))
+        .collect();
+    header.sort_by_key(|(position, _)| *position);
+    let mut head = String::new();
+    for (_, matched) in header {
+        render_match(&mut head, matched);
+    }
+    let mut tail = String::new();
     if let Some(comment) = &rule.comment {
-        let _ = write!(
-            body,
-            " -m comment --comment \"{}\"",
-            sanitize_comment(comment)
-        );
+        tail.push_str(" -m comment --comment ");
+        push_saved_string(&mut tail, &sanitize_comment(comment));
     }
     for matched in &rule.matches {
-        render_match(&mut body, matched, family);
+        if header_position(matched).is_none() {
+            render_match(&mut tail, matched);
+        }
     }
-    render_action(&mut body, &rule.action);
-    body
+    render_action(&mut tail, &rule.action);
+    (head, tail)
 }
 
 /// Renders a rule of one of our chains.
-pub fn render_rule(table: Table, chain: &str, rule: &Rule, family: IpFamily) -> RenderedRule {
-    let body = rule_body(rule, family);
+pub fn render_rule(table: Table, chain: &str, rule: &Rule, _family: IpFamily) -> RenderedRule {
+    let (head, tail) = rule_parts(rule);
+    let mut body = String::with_capacity(head.len() + tail.len());
+    body.push_str(&head);
+    body.push_str(&tail);
     let hash = rule_hash(table, chain, &body);
     let mut line = String::with_capacity(chain.len() + body.len() + 48);
     line.push_str("-A ");
     line.push_str(chain);
+    line.push_str(&head);
     line.push_str(" -m comment --comment \"");
     line.push_str(HASH_PREFIX);
     line.push_str(&hash);
     line.push('"');
-    line.push_str(&body);
+    line.push_str(&tail);
     RenderedRule { line, hash }
 }
 
@@ -209,6 +259,28 @@ pub fn render_chain(table: Table, chain: &Chain, family: IpFamily) -> Vec<Render
         .rules
         .iter()
         .map(|rule| render_rule(table, &chain.name, rule, family))
+        .collect()
+}
+
+/// The rules of a chain without their hash comments and with their matches in the order the
+/// compiler wrote them (not `iptables-save`'s): how the compiler's tests read a chain.
+#[cfg(test)]
+pub fn compiled_rules(chain: &Chain) -> Vec<String> {
+    chain
+        .rules
+        .iter()
+        .map(|rule| {
+            let mut line = format!("-A {}", chain.name);
+            if let Some(comment) = &rule.comment {
+                line.push_str(" -m comment --comment ");
+                push_saved_string(&mut line, &sanitize_comment(comment));
+            }
+            for matched in &rule.matches {
+                render_match(&mut line, matched);
+            }
+            render_action(&mut line, &rule.action);
+            line
+        })
         .collect()
 }
 

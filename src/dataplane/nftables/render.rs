@@ -100,35 +100,162 @@ fn operator(negated: bool) -> &'static str {
     if negated { "!= " } else { "" }
 }
 
-fn protocol_name(number: u8) -> String {
+/// The protocols whose ports nft names after them (`tcp dport 22`).
+fn ported_protocol(number: u8) -> Option<&'static str> {
     match number {
-        6 => "tcp".into(),
-        17 => "udp".into(),
-        1 => "icmp".into(),
-        58 => "icmpv6".into(),
-        132 => "sctp".into(),
-        136 => "udplite".into(),
-        other => other.to_string(),
+        6 => Some("tcp"),
+        17 => Some("udp"),
+        132 => Some("sctp"),
+        136 => Some("udplite"),
+        _ => None,
     }
 }
 
-fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
+/// ICMP types by the names `nft list` prints.
+fn icmp_type_name(family: IpFamily, number: u8) -> String {
+    let name = match (family, number) {
+        (IpFamily::V4, 0) => "echo-reply",
+        (IpFamily::V4, 3) => "destination-unreachable",
+        (IpFamily::V4, 4) => "source-quench",
+        (IpFamily::V4, 5) => "redirect",
+        (IpFamily::V4, 8) => "echo-request",
+        (IpFamily::V4, 9) => "router-advertisement",
+        (IpFamily::V4, 10) => "router-solicitation",
+        (IpFamily::V4, 11) => "time-exceeded",
+        (IpFamily::V4, 12) => "parameter-problem",
+        (IpFamily::V4, 13) => "timestamp-request",
+        (IpFamily::V4, 14) => "timestamp-reply",
+        (IpFamily::V4, 15) => "info-request",
+        (IpFamily::V4, 16) => "info-reply",
+        (IpFamily::V4, 17) => "address-mask-request",
+        (IpFamily::V4, 18) => "address-mask-reply",
+        (IpFamily::V6, 1) => "destination-unreachable",
+        (IpFamily::V6, 2) => "packet-too-big",
+        (IpFamily::V6, 3) => "time-exceeded",
+        (IpFamily::V6, 4) => "parameter-problem",
+        (IpFamily::V6, 128) => "echo-request",
+        (IpFamily::V6, 129) => "echo-reply",
+        (IpFamily::V6, 130) => "mld-listener-query",
+        (IpFamily::V6, 131) => "mld-listener-report",
+        (IpFamily::V6, 132) => "mld-listener-done",
+        (IpFamily::V6, 133) => "nd-router-solicit",
+        (IpFamily::V6, 134) => "nd-router-advert",
+        (IpFamily::V6, 135) => "nd-neighbor-solicit",
+        (IpFamily::V6, 136) => "nd-neighbor-advert",
+        (IpFamily::V6, 137) => "nd-redirect",
+        (IpFamily::V6, 138) => "router-renumbering",
+        (IpFamily::V6, 141) => "ind-neighbor-solicit",
+        (IpFamily::V6, 142) => "ind-neighbor-advert",
+        (IpFamily::V6, 143) => "mld2-listener-report",
+        _ => return number.to_string(),
+    };
+    name.to_owned()
+}
+
+/// ICMP codes by the names `nft list` prints (whatever the type).
+fn icmp_code_name(family: IpFamily, number: u8) -> String {
+    let name = match (family, number) {
+        (IpFamily::V4, 0) => "net-unreachable",
+        (IpFamily::V4, 1) => "host-unreachable",
+        (IpFamily::V4, 2) => "prot-unreachable",
+        (IpFamily::V4, 3) => "port-unreachable",
+        (IpFamily::V4, 4) => "frag-needed",
+        (IpFamily::V4, 9) => "net-prohibited",
+        (IpFamily::V4, 10) => "host-prohibited",
+        (IpFamily::V4, 13) => "admin-prohibited",
+        (IpFamily::V6, 0) => "no-route",
+        (IpFamily::V6, 1) => "admin-prohibited",
+        (IpFamily::V6, 3) => "addr-unreachable",
+        (IpFamily::V6, 4) => "port-unreachable",
+        (IpFamily::V6, 5) => "policy-fail",
+        (IpFamily::V6, 6) => "reject-route",
+        _ => return number.to_string(),
+    };
+    name.to_owned()
+}
+
+/// A network as nft prints it: a single address without its prefix length.
+fn net_text(net: &ipnet::IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
+    }
+}
+
+/// What a rule's protocol match becomes: nft folds `meta l4proto tcp` into the ports or ICMP
+/// matches after it (`tcp dport 22`, `icmp type echo-request`) and prints it only otherwise.
+fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<(u8, &'static str)> {
+    let number = matches.iter().find_map(|matched| match matched {
+        Match::Protocol {
+            number,
+            negated: false,
+        } => Some(*number),
+        _ => None,
+    })?;
+    let folds_into = |matched: &Match| match matched {
+        Match::Ports { .. }
+        | Match::Set {
+            lookup: SetLookup::AddressPort,
+            ..
+        } => ported_protocol(number).is_some(),
+        Match::Icmp {
+            family: icmp_family,
+            ..
+        } => {
+            *icmp_family == family
+                && matches!((family, number), (IpFamily::V4, 1) | (IpFamily::V6, 58))
+        }
+        _ => false,
+    };
+    if !matches.iter().any(folds_into) {
+        return None;
+    }
+    let word = match number {
+        1 => "icmp",
+        58 => "icmpv6",
+        other => ported_protocol(other)?,
+    };
+    Some((number, word))
+}
+
+/// The transport header a port is read from: named after the folded protocol (`tcp dport`),
+/// else the generic `th`.
+fn ported_header(protocol: Option<(u8, &'static str)>) -> &'static str {
+    match protocol {
+        Some((_, word)) if !matches!(word, "icmp" | "icmpv6") => word,
+        _ => "th",
+    }
+}
+
+/// A match in `nft list`'s spelling; `protocol` is the protocol folded into ports and ICMP
+/// matches (see [`folded_protocol`]).
+fn render_match(
+    out: &mut String,
+    matched: &Match,
+    family: IpFamily,
+    protocol: Option<(u8, &'static str)>,
+) {
     match matched {
         Match::Protocol { number, negated } => {
+            if protocol.is_some() && !*negated {
+                return;
+            }
             let _ = write!(
                 out,
                 " meta l4proto {}{}",
                 operator(*negated),
-                protocol_name(*number)
+                crate::ruleset::protocol_text(*number)
             );
         }
         Match::Net { side, net, negated } => {
             let _ = write!(
                 out,
-                " {} {} {}{net}",
+                " {} {} {}{}",
                 address_word(family),
                 side_word(*side).0,
-                operator(*negated)
+                operator(*negated),
+                net_text(net)
             );
         }
         Match::Set {
@@ -150,8 +277,9 @@ fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
                 SetLookup::AddressPort => {
                     let _ = write!(
                         out,
-                        " {} {address} . meta l4proto . th {port} {}@{name}",
+                        " {} {address} . meta l4proto . {} {port} {}@{name}",
                         address_word(family),
+                        ported_header(protocol),
                         operator(*negated)
                     );
                 }
@@ -172,12 +300,16 @@ fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
                     }
                 })
                 .collect();
+            let header = ported_header(protocol);
+            let values = match list.as_slice() {
+                [one] => one.clone(),
+                _ => format!("{{ {} }}", list.join(", ")),
+            };
             let _ = write!(
                 out,
-                " th {} {}{{ {} }}",
+                " {header} {} {}{values}",
                 side_word(*side).1,
                 operator(*negated),
-                list.join(", ")
             );
         }
         Match::Icmp {
@@ -186,22 +318,25 @@ fn render_match(out: &mut String, matched: &Match, family: IpFamily) {
             code,
             negated,
         } => {
-            let protocol = match icmp_family {
+            let word = match icmp_family {
                 IpFamily::V4 => "icmp",
                 IpFamily::V6 => "icmpv6",
             };
+            let type_name = icmp_type_name(*icmp_family, *icmp_type);
             match code {
                 Some(code) if *negated => {
+                    let code = icmp_code_name(*icmp_family, *code);
                     let _ = write!(
                         out,
-                        " {protocol} type . {protocol} code != {{ {icmp_type} . {code} }}"
+                        " {word} type . {word} code != {{ {type_name} . {code} }}"
                     );
                 }
                 Some(code) => {
-                    let _ = write!(out, " {protocol} type {icmp_type} {protocol} code {code}");
+                    let code = icmp_code_name(*icmp_family, *code);
+                    let _ = write!(out, " {word} type {type_name} {word} code {code}");
                 }
                 None => {
-                    let _ = write!(out, " {protocol} type {}{icmp_type}", operator(*negated));
+                    let _ = write!(out, " {word} type {}{type_name}", operator(*negated));
                 }
             }
         }
@@ -240,9 +375,25 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
             let _ = write!(out, " goto {}", chain_name(table, chain));
         }
         Action::SetMark { value, mask } => {
-            let _ = write!(out, " meta mark set meta mark & {:#010x}", !mask);
-            if *value != 0 {
-                let _ = write!(out, " | {value:#010x}");
+            // `(mark & !mask) | value`, as nft simplifies it when it lists the rule.
+            let value = value & mask;
+            let keep = !mask | value;
+            match (keep, value) {
+                (0, value) => {
+                    let _ = write!(out, " meta mark set {value:#010x}");
+                }
+                (u32::MAX, value) => {
+                    let _ = write!(out, " meta mark set meta mark | {value:#010x}");
+                }
+                (keep, 0) => {
+                    let _ = write!(out, " meta mark set meta mark & {keep:#010x}");
+                }
+                (keep, value) => {
+                    let _ = write!(
+                        out,
+                        " meta mark set meta mark & {keep:#010x} | {value:#010x}"
+                    );
+                }
             }
         }
         Action::Nflog { group, prefix } => {
@@ -260,8 +411,9 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
 /// The matches, the counter and the action of a rule, as nft writes them after the chain.
 pub fn rule_body(rule: &Rule, family: IpFamily, table: Table) -> String {
     let mut body = String::with_capacity(128);
+    let protocol = folded_protocol(&rule.matches, family);
     for matched in &rule.matches {
-        render_match(&mut body, matched, family);
+        render_match(&mut body, matched, family, protocol);
     }
     body.push_str(" counter");
     render_action(&mut body, &rule.action, table);
@@ -348,7 +500,10 @@ pub fn set_declaration(name: &str, kind: &str, family: IpFamily) -> String {
 pub fn member_text(member: &SetMember) -> String {
     match member {
         SetMember::IpPort(ip, protocol, port) => {
-            format!("{ip} . {} . {port}", protocol_name(*protocol))
+            format!(
+                "{ip} . {} . {port}",
+                crate::ruleset::protocol_text(*protocol)
+            )
         }
         other => other.to_string(),
     }
