@@ -179,7 +179,7 @@ fn main() -> ExitCode {
 
     step(
         1,
-        "A node, a client and a container in throwaway network namespaces",
+        "A node, a client and a pod (a container's namespace) in throwaway network namespaces",
     );
     let demo = Demo {
         lab: Lab::new(lab_backend),
@@ -190,9 +190,10 @@ fn main() -> ExitCode {
         backend,
     };
     println!(
-        "    node {} (198.51.100.1), client {} (198.51.100.10-13 and 203.0.113.10-13)",
+        "    node {} (198.51.100.1), client {} (198.51.100.10-13 and 203.0.113.10-13), pod {} (192.0.2.2, routed through the node)",
         demo.lab.node().name(),
-        demo.lab.client().name()
+        demo.lab.client().name(),
+        demo.lab.pod().name()
     );
     println!(
         "    NodePort 30008 is DNATed to a local server on 8080, as kube-proxy does; port 9100 is a plain host service"
@@ -215,7 +216,10 @@ fn main() -> ExitCode {
     for section in plan.stdout.split("\n\n") {
         let mut lines = section.lines();
         let Some(header) = lines.next() else { continue };
-        if section.contains("allow-cluster-nodeport-only") || header.starts_with("Plan:") {
+        if section.contains("allow-cluster-nodeport-only")
+            || header.starts_with("Plan:")
+            || header.starts_with("What changes")
+        {
             println!("    {}", section.replace('\n', "\n    "));
         } else {
             println!("    {header}  …");

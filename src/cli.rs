@@ -117,6 +117,10 @@ pub enum Command {
         /// Save the plan to FILE for `apply FILE`
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Show every line: also the rules of chains created or deleted whole that are counted
+        /// by default, and every set member
+        #[arg(long)]
+        full: bool,
     },
     /// Apply the policies atomically (asks first on a terminal).
     Apply {
@@ -129,6 +133,9 @@ pub enum Command {
         /// Apply exactly this saved plan (from `plan --out`), refusing if it is stale
         #[arg(value_name = "PLANFILE")]
         plan_file: Option<PathBuf>,
+        /// Show every line of the plan (see `plan --full`)
+        #[arg(long)]
+        full: bool,
     },
     /// Confirm a pending `apply --confirm-timeout`.
     Confirm,
@@ -172,6 +179,9 @@ pub enum Command {
         /// Do not ask
         #[arg(long, short = 'y')]
         yes: bool,
+        /// List every rule removed (by default chains are counted)
+        #[arg(long)]
+        full: bool,
     },
     /// Print the JSON Schema of the policy files.
     Schema {

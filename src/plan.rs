@@ -372,6 +372,168 @@ pub struct Style {
     pub color: bool,
     /// Most set members listed per set before "… and N more".
     pub max_members: usize,
+    /// Every line (`--full`): the rules of chains created or deleted whole that belong to no
+    /// policy (nodeport-guard's own top-level, dispatch and failsafe chains) and of every
+    /// chain deleted whole, which by default are counted, not listed.
+    pub full: bool,
+}
+
+/// Who a chain is for: the policy its rules' comments name (`policy NAME ingress rule N`,
+/// `staged policy NAME …`), else nodeport-guard's own plumbing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Owner {
+    Policy { name: String, staged: bool },
+    Plumbing,
+}
+
+impl Owner {
+    fn of(chain: &ChainChange) -> Owner {
+        chain
+            .after
+            .iter()
+            .chain(&chain.before)
+            .find_map(|rule| policy_named_in(&rule.text))
+            .map_or(Owner::Plumbing, |(name, staged)| Owner::Policy {
+                name: name.to_owned(),
+                staged,
+            })
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Policy {
+                name,
+                staged: false,
+            } => write!(f, "policy {name}"),
+            Owner::Policy { name, staged: true } => write!(f, "staged policy {name}"),
+            Owner::Plumbing => f.write_str(
+                "nodeport-guard's own chains (connection state, dispatch, failsafe ports)",
+            ),
+        }
+    }
+}
+
+/// The policy a rule's comment names: `policy NAME ingress rule N` (or `egress`), with
+/// whether it is `staged policy …`.
+fn policy_named_in(text: &str) -> Option<(&str, bool)> {
+    let mut rest = text;
+    while let Some(at) = rest.find("policy ") {
+        let before = &rest[..at];
+        let after = &rest[at + "policy ".len()..];
+        let mut words = after.split([' ', '"']);
+        if let (Some(name), Some(direction), Some("rule")) =
+            (words.next(), words.next(), words.next())
+            && matches!(direction, "ingress" | "egress")
+            && !name.is_empty()
+        {
+            return Some((name, before.ends_with("staged ")));
+        }
+        rest = after;
+    }
+    None
+}
+
+/// Rules added and removed in a chain change, by hash.
+fn rule_counts(chain: &ChainChange) -> (usize, usize) {
+    let hashes = |rules: &[RuleLine]| -> Vec<Option<String>> {
+        rules.iter().map(|rule| rule.hash.clone()).collect()
+    };
+    let before = hashes(&chain.before);
+    let after = hashes(&chain.after);
+    let added = after.iter().filter(|hash| !before.contains(hash)).count();
+    let removed = before.iter().filter(|hash| !after.contains(hash)).count();
+    (added, removed)
+}
+
+/// What changes, per policy (and for nodeport-guard's own chains) and per set, in words and
+/// counts: the head of a plan.
+pub fn overview(plan: &Plan) -> String {
+    #[derive(Default)]
+    struct Tally {
+        created: usize,
+        replaced: usize,
+        deleted: usize,
+        added: usize,
+        removed: usize,
+    }
+    let mut owners: std::collections::BTreeMap<Owner, Tally> = std::collections::BTreeMap::new();
+    let mut hooks = 0;
+    for table in &plan.tables {
+        for chain in &table.chains {
+            let tally = owners.entry(Owner::of(chain)).or_default();
+            match chain.action {
+                ChainAction::Create => tally.created += 1,
+                ChainAction::Replace => tally.replaced += 1,
+                ChainAction::Delete => tally.deleted += 1,
+            }
+            let (added, removed) = rule_counts(chain);
+            tally.added += added;
+            tally.removed += removed;
+        }
+        hooks += table.hooks.len();
+    }
+    let mut out = String::new();
+    for (owner, tally) in &owners {
+        let chains = tally.created + tally.replaced + tally.deleted;
+        let what = if tally.created == chains {
+            format!(
+                "new: {} in {}",
+                counted(tally.added, "rule"),
+                counted(chains, "chain")
+            )
+        } else if tally.deleted == chains {
+            format!(
+                "removed: {} in {}",
+                counted(tally.removed, "rule"),
+                counted(chains, "chain")
+            )
+        } else {
+            format!(
+                "{} added, {} removed in {}",
+                counted(tally.added, "rule"),
+                counted(tally.removed, "rule"),
+                counted(chains, "chain")
+            )
+        };
+        let _ = writeln!(out, "  {owner}: {what}");
+    }
+    if hooks > 0 {
+        let _ = writeln!(
+            out,
+            "  jumps from the kernel's chains into ours: {} to fix",
+            hooks
+        );
+    }
+    for set in &plan.sets {
+        let what = match set.action {
+            SetAction::Create => format!("new, {}", counted(set.add.len(), "member")),
+            SetAction::Delete => "removed".to_owned(),
+            SetAction::Recreate => format!(
+                "rebuilt (its type changed), {}",
+                counted(set.add.len(), "member")
+            ),
+            SetAction::Update => format!(
+                "{} added, {} removed",
+                counted(set.add.len(), "member"),
+                counted(set.remove.len(), "member")
+            ),
+        };
+        let _ = writeln!(out, "  set {} ({}): {what}", set.name, set.family);
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("What changes:\n{out}\n")
+}
+
+fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 fn paint(text: &str, code: &str, style: Style) -> String {
@@ -384,7 +546,8 @@ fn paint(text: &str, code: &str, style: Style) -> String {
 
 /// Prints a plan as unified diffs per chain and set (without the summary line).
 pub fn render(plan: &Plan, style: Style) -> String {
-    let mut out = String::new();
+    let mut out = overview(plan);
+    let mut collapsed = Vec::new();
     for table in &plan.tables {
         for chain in &table.chains {
             let verb = match chain.action {
@@ -392,15 +555,26 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 ChainAction::Replace => "change",
                 ChainAction::Delete => "delete",
             };
-            let _ = writeln!(
-                out,
-                "{}",
-                paint(
-                    &format!("# {verb} chain {} ({})", chain.name, table.key),
+            let owner = Owner::of(chain);
+            let whole = match chain.action {
+                ChainAction::Create => owner == Owner::Plumbing,
+                ChainAction::Delete => true,
+                ChainAction::Replace => false,
+            };
+            let title = match &owner {
+                Owner::Plumbing => format!("# {verb} chain {} ({})", chain.name, table.key),
+                owner => format!("# {verb} chain {} ({}, {owner})", chain.name, table.key),
+            };
+            if whole && !style.full {
+                let rules = chain.before.len().max(chain.after.len());
+                collapsed.push(paint(
+                    &format!("{title}: {}", counted(rules, "rule")),
                     "1",
-                    style
-                )
-            );
+                    style,
+                ));
+                continue;
+            }
+            let _ = writeln!(out, "{}", paint(&title, "1", style));
             out.push_str(&chain_diff(chain, style));
             out.push('\n');
         }
@@ -459,6 +633,17 @@ pub fn render(plan: &Plan, style: Style) -> String {
             }
         }
         out.push('\n');
+    }
+    if !collapsed.is_empty() {
+        for line in &collapsed {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(
+            out,
+            "({} created or deleted whole {} counted, not listed: `--full` shows every line)\n",
+            counted(collapsed.len(), "chain"),
+            if collapsed.len() == 1 { "is" } else { "are" }
+        );
     }
     out
 }
@@ -638,6 +823,140 @@ mod tests {
         assert!(
             text.contains("# create chain npg-new (IPv4 mangle)"),
             "{text}"
+        );
+    }
+
+    /// A policy chain of the iptables backends, as rendered: rule comments name the policy.
+    fn policy_rule(hash: &str, chain: &str, policy: &str, rest: &str) -> RuleLine {
+        line(
+            hash,
+            &format!(
+                "-A {chain}{rest} -m comment --comment \"npg:{hash}\" -m comment --comment \"policy {policy} ingress rule 0\" -j MARK --set-xmark 0x10000/0x10000"
+            ),
+        )
+    }
+
+    #[test]
+    fn a_plan_starts_with_what_changes_per_policy_and_set_and_counts_whole_plumbing_chains() {
+        let desired = state(
+            &[
+                (
+                    "npg-pi-web",
+                    vec![
+                        policy_rule("a", "npg-pi-web", "web", " -s 198.51.100.0/24"),
+                        policy_rule("b", "npg-pi-web", "web", " -s 203.0.113.0/24"),
+                    ],
+                ),
+                (
+                    "npg-PREROUTING",
+                    vec![
+                        line("p1", "-A npg-PREROUTING -j RETURN"),
+                        line("p2", "-A npg-PREROUTING -j npg-from-host-endpoint"),
+                    ],
+                ),
+            ],
+            Some((1, jump())),
+        );
+        let observed = state(
+            &[
+                (
+                    "npg-pi-web",
+                    vec![policy_rule("a", "npg-pi-web", "web", " -s 198.51.100.0/24")],
+                ),
+                (
+                    "npg-pi-gone",
+                    vec![policy_rule("g", "npg-pi-gone", "gone", " -s 192.0.2.0/24")],
+                ),
+            ],
+            Some((1, jump())),
+        );
+        let plan = plan(&desired, &observed);
+        let text = render(&plan, Style::default());
+        let head = text.split("\n\n").next().unwrap_or_default();
+        assert_eq!(
+            head,
+            "What changes:\n  \
+             policy gone: removed: 1 rule in 1 chain\n  \
+             policy web: 1 rule added, 0 rules removed in 1 chain\n  \
+             nodeport-guard's own chains (connection state, dispatch, failsafe ports): new: 2 rules in 1 chain",
+            "{text}"
+        );
+        // The policy's changed chain is a diff; the plumbing chain created whole and the chain
+        // deleted whole are counted, not listed.
+        assert!(text.contains("+-A npg-pi-web -s 203.0.113.0/24"), "{text}");
+        assert!(
+            text.contains("# create chain npg-PREROUTING (IPv4 mangle): 2 rules\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# delete chain npg-pi-gone (IPv4 mangle, policy gone): 1 rule\n"),
+            "{text}"
+        );
+        assert!(!text.contains("-j npg-from-host-endpoint"), "{text}");
+        assert!(text.contains("`--full` shows every line"), "{text}");
+        // `--full` lists every line and no count.
+        let full = render(
+            &plan,
+            Style {
+                full: true,
+                ..Style::default()
+            },
+        );
+        assert!(
+            full.contains("+-A npg-PREROUTING -j npg-from-host-endpoint"),
+            "{full}"
+        );
+        assert!(full.contains("--A npg-pi-gone -s 192.0.2.0/24"), "{full}");
+        assert!(!full.contains("`--full`"), "{full}");
+    }
+
+    #[test]
+    fn a_changed_port_reads_as_one_line_out_and_one_in_that_differ_only_in_the_port() {
+        let rule = |hash: &str, port: u16| {
+            policy_rule(
+                hash,
+                "npg-pi-web",
+                "web",
+                &format!(" -p tcp -m multiport --dports {port}"),
+            )
+        };
+        let observed = state(&[("npg-pi-web", vec![rule("old", 30008)])], None);
+        let desired = state(&[("npg-pi-web", vec![rule("new", 30009)])], None);
+        let text = render(&plan(&desired, &observed), Style::default());
+        let removed: Vec<&str> = text.lines().filter(|l| l.starts_with("--A")).collect();
+        let added: Vec<&str> = text.lines().filter(|l| l.starts_with("+-A")).collect();
+        assert_eq!((removed.len(), added.len()), (1, 1), "{text}");
+        let differing: Vec<(&str, &str)> = removed[0]
+            .split(' ')
+            .zip(added[0].split(' '))
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(
+            differing,
+            vec![
+                ("--A", "+-A"),
+                ("30008", "30009"),
+                ("\"npg:old\"", "\"npg:new\"")
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_policy_of_a_rule_is_read_from_its_comment() {
+        assert_eq!(
+            policy_named_in("-A x -m comment --comment \"policy web ingress rule 3\" -j DROP"),
+            Some(("web", false))
+        );
+        assert_eq!(
+            policy_named_in(
+                "ip saddr 1.2.3.4 counter drop comment \"npg:h staged policy sec.gate egress rule 0\""
+            ),
+            Some(("sec.gate", true))
+        );
+        assert_eq!(
+            policy_named_in("-A x -m comment --comment \"Return if policy accepted\" -j RETURN"),
+            None
         );
     }
 

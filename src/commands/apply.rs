@@ -56,6 +56,7 @@ pub fn run(
     yes: bool,
     confirm_timeout: Option<u64>,
     plan_file: Option<&Path>,
+    full: bool,
 ) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     // Taken first so that the kernel can be read (under the lock) while the policies compile;
@@ -115,7 +116,7 @@ pub fn run(
         record_applied(&state_dir, &target.index);
         return Ok(ExitCode::SUCCESS);
     }
-    print_plan(&changes);
+    print_plan(&changes, full);
     if let Some(impact) = &cut_off {
         print_cuts(impact);
     }

@@ -14,7 +14,7 @@ use crate::state::State;
 use crate::system::runtime::StateDir;
 
 /// `cleanup [--yes]`.
-pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool, full: bool) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     let backend = settings.backend.resolve(runner);
     let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
@@ -30,7 +30,7 @@ pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCo
         println!("Nothing to clean up: nodeport-guard owns nothing in {backend}.");
         return Ok(ExitCode::SUCCESS);
     }
-    print_plan(&changes);
+    print_plan(&changes, full);
     if !ask("Remove all of these?", yes)? {
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));

@@ -70,19 +70,30 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
             detailed_exitcode,
             json,
             out,
+            full,
         } => with_settings(global, |s| {
-            plan::run(&s, local, *detailed_exitcode, *json, out.as_deref())
+            plan::run(&s, local, *detailed_exitcode, *json, out.as_deref(), *full)
         }),
         Command::Apply {
             yes,
             confirm_timeout,
             plan_file,
+            full,
         } => with_settings(global, |s| {
-            apply::run(&s, local, *yes, *confirm_timeout, plan_file.as_deref())
+            apply::run(
+                &s,
+                local,
+                *yes,
+                *confirm_timeout,
+                plan_file.as_deref(),
+                *full,
+            )
         }),
         Command::Confirm => with_settings(global, |s| confirm::run(&s)),
         Command::Revoke { yes } => with_settings(global, |s| revoke::run(&s, local, *yes)),
-        Command::Cleanup { yes } => with_settings(global, |s| cleanup::run(&s, local, *yes)),
+        Command::Cleanup { yes, full } => {
+            with_settings(global, |s| cleanup::run(&s, local, *yes, *full))
+        }
         Command::Status {
             json,
             detailed_exitcode,

@@ -14,20 +14,22 @@ pub fn use_color(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> boo
     is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
-fn style() -> Style {
+fn style(full: bool) -> Style {
     Style {
         color: use_color(
             std::io::stdout().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ),
-        max_members: 20,
+        max_members: if full { 0 } else { 20 },
+        full,
     }
 }
 
-/// Prints a plan and its summary line to stdout.
-pub fn print_plan(plan: &Plan) {
+/// Prints a plan and its summary line to stdout: what changes per policy and set, then the
+/// diffs (with `full`, every line of every chain and set).
+pub fn print_plan(plan: &Plan, full: bool) {
     let mut stdout = std::io::stdout().lock();
-    let _ = write!(stdout, "{}", plan::render(plan, style()));
+    let _ = write!(stdout, "{}", plan::render(plan, style(full)));
     let _ = writeln!(stdout, "{}", plan.summary().line());
 }
 

@@ -226,6 +226,7 @@ pub fn run(
     detailed: bool,
     json: bool,
     out: Option<&Path>,
+    full: bool,
 ) -> Result<ExitCode> {
     let Some((prepared, observed)) = prepare_observing(settings, runner) else {
         return Ok(ExitCode::from(1));
@@ -263,7 +264,7 @@ pub fn run(
         for line in &promotions {
             println!("{line}");
         }
-        print_plan(&changes);
+        print_plan(&changes, full);
         if let Some(impact) = &cut_off {
             print_cuts(impact);
         }

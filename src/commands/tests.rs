@@ -70,13 +70,14 @@ impl Harness {
             false,
             false,
             Some(&self.plan_file()),
+            false,
         )
         .expect("plan");
         assert_exit(code, 0);
     }
 
     fn apply(&self, plan_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
-        apply::run(&self.settings, &self.kernel, true, None, plan_file)
+        apply::run(&self.settings, &self.kernel, true, None, plan_file, false)
     }
 
     fn state_dir(&self) -> StateDir {
@@ -124,7 +125,8 @@ fn a_saved_plan_applies_what_it_showed() {
             "{backend}: `plan` writes nothing"
         );
         assert_exit(harness.apply(Some(&harness.plan_file())).expect("apply"), 0);
-        let code = plan::run(&harness.settings, &harness.kernel, true, false, None).expect("plan");
+        let code =
+            plan::run(&harness.settings, &harness.kernel, true, false, None, false).expect("plan");
         assert_exit(code, 0);
         assert!(!harness.ours().is_empty());
     });
@@ -301,7 +303,7 @@ fn cleanup_removes_everything_of_ours_and_then_has_nothing_to_do() {
         assert_exit(harness.apply(None).expect("apply"), 0);
         assert!(!harness.ours().is_empty());
         assert_exit(
-            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            cleanup::run(&harness.settings, &harness.kernel, true, false).expect("cleanup"),
             0,
         );
         assert!(
@@ -310,7 +312,7 @@ fn cleanup_removes_everything_of_ours_and_then_has_nothing_to_do() {
         );
         let writes = harness.kernel.writes();
         assert_exit(
-            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            cleanup::run(&harness.settings, &harness.kernel, true, false).expect("cleanup"),
             0,
         );
         assert_eq!(
@@ -342,7 +344,7 @@ fn cleanup_leaves_foreign_rules_alone() {
         let before = harness.kernel.snapshot();
         assert_exit(harness.apply(None).expect("apply"), 0);
         assert_exit(
-            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            cleanup::run(&harness.settings, &harness.kernel, true, false).expect("cleanup"),
             0,
         );
         assert!(
@@ -413,7 +415,7 @@ fn status_reads_the_kernel_not_the_policy_files() {
         assert_eq!(harness.status_exit(), exit(2));
 
         assert_exit(
-            cleanup::run(&harness.settings, &harness.kernel, true).expect("cleanup"),
+            cleanup::run(&harness.settings, &harness.kernel, true, false).expect("cleanup"),
             0,
         );
         let cleaned = harness.status();
