@@ -333,19 +333,9 @@ pub fn parse(file: FileId, source: &SourceFile) -> (Config, Vec<Diagnostic>) {
                 .location()
                 .map(|location| crate::spec::span_of(&location))
                 .unwrap_or_default();
-            let message = error.to_string();
-            let message = message
-                .trim_start_matches("error: ")
-                .split_once(": ")
-                .filter(|(prefix, _)| prefix.starts_with("line "))
-                .map_or(message.as_str(), |(_, rest)| rest)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
             return (
                 Config::default(),
-                vec![Diagnostic::error(file, span, message)],
+                vec![crate::load::yaml_error(file, span, &error.to_string())],
             );
         }
     };
@@ -359,13 +349,11 @@ struct Errors {
 }
 
 impl Errors {
+    /// Every error of the config file says what to write instead.
     fn error(&mut self, span: crate::source::Span, message: String, help: &str) {
-        let diagnostic = Diagnostic::error(self.file, span, message);
-        self.list.push(if help.is_empty() {
-            diagnostic
-        } else {
-            diagnostic.with_help(help)
-        });
+        debug_assert!(!help.is_empty(), "a config error without help: {message}");
+        self.list
+            .push(Diagnostic::error(self.file, span, message).with_help(help));
     }
 }
 
@@ -441,7 +429,7 @@ fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
                         "`{name}` must be an NFLOG group between 0 and 65535, not `{}`",
                         group.value
                     ),
-                    "",
+                    "Calico's groups are 1 (ingress) and 2 (egress); pick groups no other program listens on",
                 ),
             }
         }
@@ -515,9 +503,9 @@ fn check_host(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     if let Some(labels) = &raw.host_labels {
         for (key, value) in &labels.value {
             if let Some(message) = crate::validate::label_key_problem(&key.value) {
-                errors.error(key.span, message, "");
+                errors.error(key.span, message, crate::validate::QUALIFIED_NAME_RULE);
             } else if let Some(message) = crate::validate::label_value_problem(&value.value) {
-                errors.error(value.span, message, "");
+                errors.error(value.span, message, crate::validate::LABEL_VALUE_RULE);
             } else {
                 config
                     .host_labels
@@ -534,7 +522,7 @@ fn check_host(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
                     "`hostInterfaceExclude` is not a valid regex: {}",
                     problem.to_string().lines().last().unwrap_or_default()
                 ),
-                "",
+                "write a Rust regex matching the interface names to leave out, e.g. `^(docker|veth|flannel|cni)`",
             ),
         }
     }
@@ -546,7 +534,7 @@ fn check_host(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
             RawBoolOrAuto::Text(text) => errors.error(
                 ipv6.span,
                 format!("`ipv6` must be `auto`, `true` or `false`, not `{text}`"),
-                "",
+                "`auto` guards IPv6 where the host has it, `false` never writes IPv6 rules",
             ),
         }
     }
@@ -577,7 +565,7 @@ fn check_daemon(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
                         "`{name}` must be at least {}",
                         humantime::format_duration(minimum)
                     ),
-                    "",
+                    "write a longer duration such as `90s` or `5m`",
                 ),
                 Err(problem) => errors.error(
                     text.span,
@@ -693,6 +681,85 @@ mod tests {
         let (config, diagnostics) = parse(id, sources.get(id));
         let rendered = diagnostics.iter().map(|d| d.headline(&sources)).collect();
         (config, rendered)
+    }
+
+    /// The diagnostics of a config text, whole.
+    fn diagnostics(text: &str) -> Vec<Diagnostic> {
+        let mut sources = Sources::new();
+        let id = sources.add(SourceFile::new("config.yaml", text));
+        parse(id, sources.get(id)).1
+    }
+
+    #[test]
+    fn a_misspelt_key_is_said_once_with_the_closest_key() {
+        let found = diagnostics("backnd: nftables\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].message, "unknown field `backnd`");
+        let help = found[0].help.as_deref().unwrap_or_default();
+        assert!(
+            help.starts_with(
+                "did you mean `backend`? The fields here are `policiesDir`, `backend`"
+            ),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn a_bad_indent_gets_a_help_line_about_indentation() {
+        let found = diagnostics("backend: nftables\n  debounce: 100ms\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].message,
+            "mapping values are not allowed in this context"
+        );
+        assert!(
+            found[0]
+                .help
+                .as_deref()
+                .is_some_and(|help| help.contains("indentation")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn every_config_error_says_what_to_write_instead() {
+        let bad = [
+            "backnd: nftables\n",
+            "backend: iptables\n",
+            "markMask: 0x1\n",
+            "markMask: nope\n",
+            "nflogGroup: 70000\n",
+            "logActions: [Alow]\n",
+            "failsafeInbound: [{protocol: gre, port: 22}]\n",
+            "failsafeInbound: [{protocol: tcp, port: 70000}]\n",
+            "nodeName: Node_1\n",
+            "hostLabels: {\"a/\": x}\n",
+            "hostLabels: {role: \"-x\"}\n",
+            "hostInterfaceExclude: \"(\"\n",
+            "ipv6: maybe\n",
+            "resyncInterval: 90x\n",
+            "resyncInterval: 1ms\n",
+            "metricsAddress: nowhere\n",
+            "allowEmpty: perhaps\n",
+            "nflogGroup: abc\n",
+            "ipv6: [1]\n",
+            "logActions: Deny\n",
+            "hostLabels: [a]\n",
+            "debounce: 5\n",
+        ];
+        for text in bad {
+            let found = diagnostics(text);
+            assert!(!found.is_empty(), "no error for {text:?}");
+            for diagnostic in found {
+                assert!(
+                    diagnostic
+                        .help
+                        .as_deref()
+                        .is_some_and(|help| !help.is_empty()),
+                    "no help for {text:?}: {diagnostic:?}"
+                );
+            }
+        }
     }
 
     #[test]

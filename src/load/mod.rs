@@ -20,6 +20,8 @@
 
 mod decode;
 mod parse;
+
+pub use parse::yaml_error;
 mod peek;
 mod read;
 

@@ -379,7 +379,14 @@ fn yaml_diagnostic(
             Span::new(document.offset + span.start, span.end - span.start)
         })
         .unwrap_or(Span::at(document.offset));
-    let message = clean_yaml_message(&error.to_string());
+    yaml_error(file, span, &error.to_string())
+}
+
+/// A YAML parser's error at `span` as a diagnostic: the position said once (the diagnostic's),
+/// an unknown field with the closest known one and the list of fields in the help line, a bad
+/// indent with a help line about indentation. Policy files and the config file share it.
+pub fn yaml_error(file: FileId, span: Span, error: &str) -> Diagnostic {
+    let message = clean_yaml_message(error);
     let help = help_for(&message);
     let diagnostic = Diagnostic::error(file, span, short_message(&message));
     match help {
@@ -437,6 +444,34 @@ fn help_for(message: &str) -> Option<String> {
             Some((_, name)) => format!("did you mean `{name}`? The fields here are {list}"),
             None => format!("the fields here are {list}"),
         });
+    }
+    if let Some(kind) = message.strip_prefix("invalid ")
+        && matches!(
+            kind,
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64"
+        )
+    {
+        return Some("write a whole number here".to_owned());
+    }
+    if message == "invalid boolean" {
+        return Some("write `true` or `false` here".to_owned());
+    }
+    if message == "expected sequence start" {
+        return Some(
+            "write a list here: `[a, b]`, or one `- item` per line indented under the key"
+                .to_owned(),
+        );
+    }
+    if message == "expected mapping start" {
+        return Some(
+            "write a mapping here: `{key: value}`, or one `key: value` per line indented under the key"
+                .to_owned(),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((_, expected)) = rest.split_once(", expected ")
+    {
+        return Some(format!("write {expected} here"));
     }
     if message.starts_with("mapping values are not allowed") {
         return Some(

@@ -43,7 +43,10 @@ mod tests;
 mod tier;
 mod values;
 
-pub use values::{is_subdomain, label_key_problem, label_value_problem, parse_cidr};
+pub use values::{
+    LABEL_VALUE_RULE, QUALIFIED_NAME_RULE, is_subdomain, label_key_problem, label_value_problem,
+    parse_cidr,
+};
 
 use checker::Checker;
 use envelope::{check_api_version, check_duplicate, check_metadata};

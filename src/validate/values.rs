@@ -243,10 +243,10 @@ pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
 const NAME_RULE: &str = "names are lowercase letters, digits, `-` and `.`, at most 253 characters, each dot-separated part starting and ending with a letter or digit";
 
 /// What to write in a label or annotation key.
-pub(super) const QUALIFIED_NAME_RULE: &str = "keys are an optional DNS-subdomain prefix and `/`, then 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit";
+pub const QUALIFIED_NAME_RULE: &str = "keys are an optional DNS-subdomain prefix and `/`, then 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit";
 
 /// What to write in a label value.
-pub(super) const LABEL_VALUE_RULE: &str = "label values are empty or 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit";
+pub const LABEL_VALUE_RULE: &str = "label values are empty or 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit";
 
 /// What is wrong with a resource or node name (`what` says which), if anything.
 ///

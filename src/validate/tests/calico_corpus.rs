@@ -963,3 +963,28 @@ fn calico_corpus_known_disagreements_still_disagree() {
         );
     }
 }
+
+/// Every error of every invalid case says what to write instead (a `help:` line).
+#[test]
+fn every_error_of_the_corpus_has_a_help_line() {
+    let mut missing = Vec::new();
+    for case in corpus() {
+        let mut sources = Sources::new();
+        let id = sources.add(SourceFile::new("p.yaml", &case.yaml));
+        let (parsed, problems) = crate::load::parse_file(id, sources.get(id));
+        let resources: Vec<_> = parsed.into_iter().map(|resource| (id, resource)).collect();
+        let (_, diagnostics) = validate(&sources, &resources);
+        for diagnostic in problems.iter().chain(&diagnostics) {
+            if diagnostic.severity == Severity::Error
+                && diagnostic.help.as_deref().is_none_or(str::is_empty)
+            {
+                missing.push(format!("{}: {}", case.upstream, diagnostic.message));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "errors without help:\n{}",
+        missing.join("\n")
+    );
+}
