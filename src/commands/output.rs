@@ -33,6 +33,24 @@ pub fn print_plan(plan: &Plan, full: bool) {
     let _ = writeln!(stdout, "{}", plan.summary().line());
 }
 
+/// The version of the JSON documents `plan`, `status` and `trace` print (`apiVersion`, with
+/// `kind`): within it fields are only ever added; a rename or removal makes a new version.
+pub const JSON_API_VERSION: &str = "nodeport-guard/v1";
+
+/// A JSON document of `kind`: `apiVersion` and `kind` first, then `fields` (an object).
+pub fn json_document(kind: &str, fields: serde_json::Value) -> serde_json::Value {
+    let mut document = serde_json::Map::new();
+    document.insert("apiVersion".to_owned(), JSON_API_VERSION.into());
+    document.insert("kind".to_owned(), kind.into());
+    match fields {
+        serde_json::Value::Object(fields) => document.extend(fields),
+        other => {
+            document.insert("value".to_owned(), other);
+        }
+    }
+    serde_json::Value::Object(document)
+}
+
 /// Most cut-off connections listed one by one.
 const CUTS_LISTED: usize = 10;
 

@@ -247,16 +247,19 @@ pub fn run(
             .iter()
             .map(|warning| warning.message.clone())
             .collect();
-        let value = serde_json::json!({
-            "backend": prepared.backend.name(),
-            "summary": changes.summary(),
-            "changes": !changes.is_empty(),
-            "warnings": warnings,
-            "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
-            "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
-            "promotions": promotions,
-            "plan": changes,
-        });
+        let value = super::output::json_document(
+            "Plan",
+            serde_json::json!({
+                "backend": prepared.backend.name(),
+                "summary": changes.summary(),
+                "changes": !changes.is_empty(),
+                "warnings": warnings,
+                "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
+                "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
+                "promotions": promotions,
+                "plan": changes,
+            }),
+        );
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");

@@ -164,17 +164,20 @@ impl Report {
         if let Some(serde_json::Value::Object(fields)) = &mut daemon {
             fields.insert("running".to_owned(), json!(self.daemon_running));
         }
-        json!({
-            "backend": self.backend.name(),
-            "applied": self.applied,
-            "inSync": in_sync,
-            "differences": differences,
-            "rules": self.rows,
-            "daemon": daemon,
-            "pendingConfirmation": self.pending.as_ref().map(|p| json!({"id": p.id, "deadline": p.deadline})),
-            "lastApply": self.last_apply,
-            "lastRollback": self.last_rollback,
-        })
+        super::output::json_document(
+            "Status",
+            json!({
+                "backend": self.backend.name(),
+                "applied": self.applied,
+                "inSync": in_sync,
+                "differences": differences,
+                "rules": self.rows,
+                "daemon": daemon,
+                "pendingConfirmation": self.pending.as_ref().map(|p| json!({"id": p.id, "deadline": p.deadline})),
+                "lastApply": self.last_apply,
+                "lastRollback": self.last_rollback,
+            }),
+        )
     }
 
     pub(super) fn print(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {

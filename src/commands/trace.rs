@@ -43,7 +43,10 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
     let mut traced = trace::trace(&set.model, &settings.config, &facts, &packet);
     traced.notes.splice(0..0, notes);
     let text = if args.json {
-        let mut text = serde_json::to_string_pretty(&traced).context("cannot encode the trace")?;
+        let fields = serde_json::to_value(&traced).context("cannot encode the trace")?;
+        let document = super::output::json_document("Trace", fields);
+        let mut text =
+            serde_json::to_string_pretty(&document).context("cannot encode the trace")?;
         text.push('\n');
         text
     } else {

@@ -546,7 +546,15 @@ mod tests {
             help_for("mapping values are not allowed in this context")
                 .is_some_and(|help| help.contains("indentation"))
         );
-        assert_eq!(help_for("invalid type: integer, expected a string"), None);
+        // A value of the wrong type says what the field takes.
+        assert_eq!(
+            help_for("invalid type: integer, expected a string").as_deref(),
+            Some("write a string here")
+        );
+        assert_eq!(
+            help_for("invalid boolean").as_deref(),
+            Some("write `true` or `false` here")
+        );
     }
     use crate::source::Sources;
     use crate::spec::RawSpec;
