@@ -108,7 +108,23 @@ Set to anything but the empty string: no colors.
 Check the policy files (as confd's check_cmd).
 .TP
 .B nodeport\-guard plan
-Show what would change in the kernel, and which sources a change cuts off.
+Show what would change in the kernel, and which sources a change cuts off: first per policy
+and set, then a diff per chain (\fB\-\-full\fR for every line), then a summary line:
+.RS
+.nf
+What changes:
+  policy allow\-cluster\-nodeport\-only: new: 12 rules in 2 chains
+  nodeport\-guard's own chains (connection state, dispatch, failsafe ports): new: 42 rules in 8 chains
+  jumps from the kernel's chains into ours: 2 to fix
+  set npg4\-this\-host (IPv4): new, 1 member
+
+# create chain npg\-pi\-allow\-cluste_poZ0iv3s (IPv4 mangle, policy allow\-cluster\-nodeport\-only)
+@@ \-0,0 +1,9 @@
++\-A npg\-pi\-allow\-cluste_poZ0iv3s \-s 198.51.100.10/32 \-m comment ...
+\&...
+Plan: 10 chains to add, 0 to change, 0 to remove; 2 jumps to fix; ...
+.fi
+.RE
 .TP
 .B nodeport\-guard apply \-\-confirm\-timeout 60
 Apply, and roll back unless \fBnodeport\-guard confirm\fR follows within a minute.
@@ -120,7 +136,17 @@ Why this client is dropped, rule by rule, without the kernel.
 Who is being dropped by that policy, live.
 .TP
 .B nodeport\-guard status \-\-detailed\-exitcode
-Whether the kernel holds what the policies say.
+Whether the kernel holds what the policies say (exit 0 in sync, 2 out of sync), with the packets
+per policy rule as the kernel counts them:
+.RS
+.nf
+POLICY                       DIRECTION  RULE       PACKETS           BYTES  IN\-KERNEL
+allow\-cluster\-nodeport\-only  ingress       0            14             840  yes
+allow\-cluster\-nodeport\-only  ingress       1             2             120  yes
+
+In sync: the kernel holds exactly what the policies say (iptables\-nft).
+.fi
+.RE
 .SH "SEE ALSO"
 \fBiptables\fR(8), \fBipset\fR(8), \fBnft\fR(8), \fBconntrack\fR(8),
 Calico's GlobalNetworkPolicy reference.
