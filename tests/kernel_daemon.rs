@@ -1398,6 +1398,96 @@ fn delete_our_jump(lab: &Lab) {
     }
 }
 
+/// Changes our rules the way another program would, between two reloads: our IPv4 jump
+/// deleted, the first policy chain flushed, the node's address deleted from the host-address
+/// set. On nftables all three are nf_tables changes; on iptables-nft the set is an ipset,
+/// outside the nf_tables generation.
+fn foreign_drift(lab: &Lab) {
+    delete_our_jump(lab);
+    let node = addr::NODE_V4.to_string();
+    match lab.backend() {
+        Backend::Nftables => {
+            let listing = lab
+                .node()
+                .exec_ok("nft", &["list", "table", "ip", "nodeport_guard"]);
+            let chain = listing
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("chain "))
+                .map(|rest| rest.trim_end_matches(" {"))
+                .find(|name| name.starts_with("mangle-npg-pi-"))
+                .unwrap_or_else(|| panic!("no policy chain in\n{listing}"))
+                .to_owned();
+            lab.node()
+                .exec_ok("nft", &["flush", "chain", "ip", "nodeport_guard", &chain]);
+            lab.node().exec_ok(
+                "nft",
+                &[
+                    "delete",
+                    "element",
+                    "ip",
+                    "nodeport_guard",
+                    "npg4-this-host",
+                    &format!("{{ {node} }}"),
+                ],
+            );
+        }
+        Backend::Legacy | Backend::Nft => {
+            let chain = support::Snapshot::take(lab)
+                .chains(Family::V4, "mangle", "npg-pi-")
+                .into_iter()
+                .next()
+                .expect("a policy chain");
+            iptables(lab, Family::V4, &format!("-t mangle -F {chain}"));
+            lab.node()
+                .exec_ok("ipset", &["del", "npg4-this-host", &node]);
+        }
+    }
+}
+
+/// The daemon plans a reload against what it last wrote while nothing else has committed to
+/// nf_tables (its cached view); a change another program made between two reloads must still
+/// be seen and repaired by the next reload a file change triggers, long before any resync:
+/// after it the kernel holds exactly what the new files say (`plan` finds nothing to do) and
+/// the traffic follows them.
+fn a_reload_after_foreign_changes_repairs_them_too(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = daemon_guard(&lab, "1h", "");
+    let file = guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    // A first reload of the daemon's own, so that the next one can plan against the view it
+    // keeps after a write of its own.
+    let since = Instant::now();
+    write_in_place(&file, &whitelist(&[SRC_A, SRC_B]));
+    expect_traffic_within(&lab, &daemon, since, &[SRC_A, SRC_B], &[], "reload");
+    for round in 0..3 {
+        foreign_drift(&lab);
+        assert_ne!(
+            guard.plan_detailed().0,
+            0,
+            "round {round}: the drift is there"
+        );
+        let mark = daemon.mark();
+        let allowed: &[Ipv4Addr] = if round % 2 == 0 {
+            &[SRC_A]
+        } else {
+            &[SRC_A, SRC_B]
+        };
+        write_in_place(&file, &whitelist(allowed));
+        daemon.expect_log(mark, "applied", RELOAD_WITHIN);
+        let (code, out) = guard.plan_detailed();
+        assert_eq!(
+            code,
+            0,
+            "round {round}: the reload left the foreign changes in place:\n{out}\n--- daemon log ---\n{}",
+            daemon.log_since(mark)
+        );
+        let blocked: &[Ipv4Addr] = if round % 2 == 0 { &[SRC_B] } else { &[] };
+        assert_traffic(&lab, allowed, blocked, &format!("round {round}"));
+    }
+}
+backend_tests!(a_reload_after_foreign_changes_repairs_them_too);
+
 /// Waits up to 3 s until `set` does (`present`) or does not contain
 /// `member`.
 #[track_caller]

@@ -57,7 +57,7 @@ struct LastGood {
     fingerprint: String,
     facts: HostFacts,
     model: Model,
-    desired: State,
+    desired: Arc<State>,
 }
 
 struct Daemon {
@@ -67,6 +67,9 @@ struct Daemon {
     state_dir: StateDir,
     metrics: metrics::Shared,
     last_good: Option<LastGood>,
+    /// What the kernel holds of ours at an nf_tables generation, while nothing else commits
+    /// (see [`reconcile::reconcile_cached`]); dropped on every resync and SIGHUP.
+    cache: Option<reconcile::Cached>,
     /// The policy files parsed at the last read: a reload parses only what changed.
     parse_cache: crate::load::ParseCache,
     last_errors: Vec<String>,
@@ -242,6 +245,7 @@ impl Daemon {
             state_dir,
             metrics,
             last_good: None,
+            cache: None,
             parse_cache: Default::default(),
             last_errors: Vec::new(),
             summary: "starting".to_owned(),
@@ -322,10 +326,18 @@ impl Daemon {
             return;
         }
         let compiled = compile::compile(&set.model, &self.settings.config, &facts);
-        let desired = self.backend.desired(&compiled.ruleset);
-        let dataplane = self.dataplane(compiled.ruleset.ip_families());
-        match reconcile::reconcile(&dataplane, &desired) {
-            Ok(outcome) => {
+        let desired = Arc::new(self.backend.desired(&compiled.ruleset));
+        if matches!(event, Event::Resync | Event::Reload) {
+            // The resync timer and SIGHUP read the whole kernel, whatever the generation says.
+            self.cache = None;
+        }
+        let families = compiled.ruleset.ip_families();
+        let mut cache = self.cache.take();
+        let result = reconcile::reconcile_cached(&self.dataplane(families), &desired, &mut cache);
+        self.cache = cache;
+        match result {
+            Ok((outcome, read)) => {
+                tracing::debug!(?read, "kernel state for the plan");
                 let summary = outcome.summary();
                 let changed = !outcome.plan.is_empty();
                 if let Ok(mut metrics) = self.metrics.lock() {
@@ -502,13 +514,16 @@ impl Daemon {
         }
         let Some(good) = &self.last_good else { return };
         let desired = if &good.facts == facts {
-            good.desired.clone()
+            Arc::clone(&good.desired)
         } else {
             let compiled = compile::compile(&good.model, &self.settings.config, facts);
-            self.backend.desired(&compiled.ruleset)
+            Arc::new(self.backend.desired(&compiled.ruleset))
         };
         let dataplane = self.dataplane(facts.families());
-        match reconcile::reconcile(&dataplane, &desired) {
+        let result = reconcile::reconcile(&dataplane, &desired);
+        // Whatever it wrote, the next reload reads the whole kernel again.
+        self.cache = None;
+        match result {
             Ok(outcome) if !outcome.plan.is_empty() => {
                 if let Ok(mut metrics) = self.metrics.lock() {
                     metrics.drift_repairs += 1;

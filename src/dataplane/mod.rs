@@ -71,6 +71,55 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// What of `desired` the read-back `after` of a write of `written` still lacks: the part of
     /// the kernel the write may have changed, compared with what it should be.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan;
+
+    /// How much of what [`Backend::observe`] reads the nf_tables generation covers, so that a
+    /// state read (or written and verified) at one generation is still the kernel's at the
+    /// same generation.
+    fn generation_covers(&self) -> Coverage {
+        Coverage::Nothing
+    }
+
+    /// The kernel's state now, from `cached` (read at the current generation) and a fresh read
+    /// of what the generation does not cover.
+    fn refresh(&self, dataplane: &Dataplane<'_>, cached: &State) -> Result<State, DataplaneError> {
+        match self.generation_covers() {
+            Coverage::Everything => Ok(cached.clone()),
+            Coverage::Rules | Coverage::Nothing => self.observe(dataplane),
+        }
+    }
+}
+
+/// What the nf_tables generation covers of a backend's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// Nothing: iptables-legacy's x_tables have no generation (the entry count and size of
+    /// `IPT_SO_GET_INFO` miss a rule replaced by one of the same size), and neither do ipsets.
+    Nothing,
+    /// The rules, not the sets: iptables-nft's chains live in nf_tables, its ipsets do not.
+    Rules,
+    /// Everything: native nftables keeps its sets in its own tables.
+    Everything,
+}
+
+/// Whether a command commits an nf_tables transaction when it succeeds.
+pub fn commits_nf_tables(program: &str, args: &[&str]) -> bool {
+    if program.ends_with("tables-nft-restore") {
+        return true;
+    }
+    if program != "nft" {
+        return false;
+    }
+    if args.contains(&"-f") {
+        return true;
+    }
+    args.iter()
+        .find(|arg| !arg.starts_with('-'))
+        .is_some_and(|verb| {
+            matches!(
+                *verb,
+                "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "reset"
+            )
+        })
 }
 
 /// Every backend, in the order `--help` lists them.

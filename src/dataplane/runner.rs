@@ -32,6 +32,13 @@ pub trait Runner: Send + Sync {
     /// Whether `program` can be found.
     fn exists(&self, program: &str) -> bool;
 
+    /// The nf_tables ruleset generation of the network namespace (see
+    /// [`crate::system::nfgen`]): it changes with every committed nftables or iptables-nft
+    /// transaction. `None` when it cannot be read; callers then read the rules themselves.
+    fn nft_generation(&self) -> Option<u32> {
+        None
+    }
+
     /// Runs `program` with `args` and hands each line of its stdout to `line` as it comes;
     /// when `line` returns `false` the program is stopped. The output's `stdout` is empty.
     /// (This default runs the program to its end first, for runners that cannot stream.)
@@ -113,6 +120,14 @@ impl Runner for SystemRunner {
 
     fn exists(&self, program: &str) -> bool {
         Self::resolve(program).is_some()
+    }
+
+    fn nft_generation(&self) -> Option<u32> {
+        crate::system::nfgen::generation()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot read the nf_tables generation");
+            })
+            .ok()
     }
 
     fn run_lines(

@@ -91,6 +91,153 @@ pub fn apply_against(
     }
 }
 
+/// What the kernel held of ours at an nf_tables generation: while the generation stays the
+/// same nobody has committed anything to nf_tables, so the daemon plans against this instead
+/// of reading every rule again (Felix's table syncer does the same with its cached view).
+#[derive(Clone, Debug)]
+pub struct Cached {
+    /// The generation at which `state` was the kernel's.
+    generation: u32,
+    /// Our part of the kernel then.
+    state: std::sync::Arc<State>,
+}
+
+impl Cached {
+    /// The generation it is valid at.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+/// How a [`reconcile_cached`] read the kernel before planning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// Every rule and set was read.
+    Whole,
+    /// The cached view was still the kernel's (only what the generation does not cover, such
+    /// as ipsets, was read).
+    Cached,
+}
+
+/// Like [`reconcile`], planning against `cache` when the nf_tables generation says the kernel
+/// has not changed since it was taken, and leaving in `cache` what the kernel holds afterwards
+/// when that is certain: when the generation moved by exactly the transactions this reconcile
+/// committed. Anything else (a backend the generation does not cover, a generation that cannot
+/// be read, a foreign commit, a failed write) leaves the cache empty, so the next reconcile
+/// reads the whole kernel again.
+pub fn reconcile_cached(
+    dataplane: &Dataplane<'_>,
+    desired: &std::sync::Arc<State>,
+    cache: &mut Option<Cached>,
+) -> Result<(Outcome, Read), ReconcileError> {
+    let cached = cache.take();
+    let covered = dataplane.backend.generation_covers() != crate::dataplane::Coverage::Nothing;
+    let start = if covered {
+        dataplane.runner.nft_generation()
+    } else {
+        None
+    };
+    let Some(start) = start else {
+        return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
+    };
+    let (before, read, valid_from) = match cached {
+        Some(cached) if cached.generation == start => {
+            let before = dataplane
+                .backend
+                .refresh(dataplane, &cached.state)
+                .map_err(ReconcileError::Observe)?;
+            (before, Read::Cached, Some(start))
+        }
+        _ => {
+            let before = dataplane.observe().map_err(ReconcileError::Observe)?;
+            // Read in one piece only if nothing was committed while it was read.
+            let after_read = dataplane.runner.nft_generation();
+            (
+                before,
+                Read::Whole,
+                (after_read == Some(start)).then_some(start),
+            )
+        }
+    };
+    let counting = Counting::new(dataplane.runner);
+    let writer = Dataplane {
+        backend: dataplane.backend,
+        runner: &counting,
+        families: dataplane.families.clone(),
+        state_dir: dataplane.state_dir.clone(),
+    };
+    let outcome = apply_against(&writer, desired, before)?;
+    let commits = counting.commits();
+    if let (Some(from), Some(now)) = (valid_from, dataplane.runner.nft_generation())
+        && now == from.wrapping_add(commits)
+    {
+        let state = if outcome.plan.is_empty() {
+            std::sync::Arc::new(outcome.before.clone())
+        } else {
+            std::sync::Arc::clone(desired)
+        };
+        *cache = Some(Cached {
+            generation: now,
+            state,
+        });
+    }
+    Ok((outcome, read))
+}
+
+/// A runner that counts the nf_tables transactions it committed: each successful
+/// `iptables-nft-restore`, `ip6tables-nft-restore`, `nft -f` or changing `nft` command is one
+/// commit, one step of the generation.
+struct Counting<'r> {
+    inner: &'r dyn crate::dataplane::Runner,
+    commits: std::sync::atomic::AtomicU32,
+}
+
+impl<'r> Counting<'r> {
+    fn new(inner: &'r dyn crate::dataplane::Runner) -> Counting<'r> {
+        Counting {
+            inner,
+            commits: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    fn commits(&self) -> u32 {
+        self.commits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl crate::dataplane::Runner for Counting<'_> {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> std::io::Result<crate::dataplane::Output> {
+        let output = self.inner.run(program, args, stdin)?;
+        if output.success && crate::dataplane::commits_nf_tables(program, args) {
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(output)
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        self.inner.exists(program)
+    }
+
+    fn run_lines(
+        &self,
+        program: &str,
+        args: &[&str],
+        line: &mut dyn FnMut(&str) -> bool,
+    ) -> std::io::Result<crate::dataplane::Output> {
+        self.inner.run_lines(program, args, line)
+    }
+
+    fn nft_generation(&self) -> Option<u32> {
+        self.inner.nft_generation()
+    }
+}
+
 /// Reads back what `written` wrote and checks that the kernel holds `desired` there. What the
 /// plan did not touch was read just before it was made and needed no change; reading it again
 /// would only double the time an apply takes. With iptables that is every table and set the

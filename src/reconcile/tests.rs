@@ -513,3 +513,140 @@ fn detection_finds_our_rules_in_the_fake() {
         assert_eq!(found, backend, "{reason}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The cached view (reconcile_cached).
+
+use crate::reconcile::{Cached, Read, reconcile_cached};
+use std::sync::Arc;
+
+/// Whether a command read the kernel's rules (a save or an nft listing).
+fn reads_rules(invocation: &crate::dataplane::fake::Invocation) -> bool {
+    invocation.program.ends_with("-save")
+        || (invocation.program == "nft" && invocation.args.iter().any(|arg| arg == "list"))
+}
+
+#[test]
+fn an_unchanged_generation_plans_against_the_cached_view_without_reading_the_rules() {
+    let whitelist = Arc::new(LEGACY.desired(&policy("nodeport-whitelist")));
+    for backend in [NFT, NATIVE] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let first = Arc::new(backend.desired(&policy("nodeport-whitelist")));
+        let second = Arc::new(backend.desired(&policy("office-networkset")));
+        let mut cache: Option<Cached> = None;
+        let (_, read) = reconcile_cached(&dataplane, &first, &mut cache).expect("apply");
+        assert_eq!(read, Read::Whole, "{backend}: the first read is whole");
+        assert!(cache.is_some(), "{backend}: a write of ours keeps the view");
+        setup.fake.clear_commands();
+        let (outcome, read) = reconcile_cached(&dataplane, &second, &mut cache).expect("change");
+        assert_eq!(read, Read::Cached, "{backend}");
+        assert!(!outcome.plan.is_empty(), "{backend}");
+        // Planned without reading the rules first (the read-back after the write reads them).
+        let commands = setup.fake.commands();
+        let first_write = commands.iter().position(|c| c.write).expect("a write");
+        assert!(
+            !commands[..first_write].iter().any(reads_rules),
+            "{backend}: read before planning: {:?}",
+            commands.iter().map(|c| c.line()).collect::<Vec<_>>()
+        );
+        // The result is what a whole read would have given.
+        assert_eq!(
+            projection(&dataplane.observe().expect("observe")),
+            projection(&second),
+            "{backend}"
+        );
+        // And nothing to do is found from the cache too, without a write.
+        setup.fake.clear_commands();
+        let (outcome, read) = reconcile_cached(&dataplane, &second, &mut cache).expect("again");
+        assert!(outcome.plan.is_empty(), "{backend}");
+        assert_eq!(read, Read::Cached, "{backend}");
+        assert!(
+            !setup
+                .fake
+                .commands()
+                .iter()
+                .any(|c| c.write || reads_rules(c)),
+            "{backend}: {:?}",
+            setup.fake.commands()
+        );
+    }
+    // iptables-legacy has no generation: it always reads.
+    let setup = Setup::new();
+    let dataplane = setup.dataplane(LEGACY);
+    let mut cache = None;
+    for _ in 0..2 {
+        let (_, read) = reconcile_cached(&dataplane, &whitelist, &mut cache).expect("apply");
+        assert_eq!(read, Read::Whole);
+        assert!(cache.is_none());
+    }
+}
+
+#[test]
+fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
+    for backend in [NFT, NATIVE] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = Arc::new(backend.desired(&policy("nodeport-whitelist")));
+        let mut cache = None;
+        reconcile_cached(&dataplane, &desired, &mut cache).expect("apply");
+        let hash = desired
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values().flatten())
+            .find_map(|rule| rule.hash.clone())
+            .expect("a rule");
+        assert!(setup.fake.delete_rules_containing(&format!("npg:{hash}")) > 0);
+        let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
+        assert_eq!(read, Read::Whole, "{backend}: the generation moved");
+        assert!(!outcome.plan.is_empty(), "{backend}: the drift is repaired");
+        assert_eq!(
+            projection(&dataplane.observe().expect("observe")),
+            projection(&desired),
+            "{backend}"
+        );
+    }
+}
+
+#[test]
+fn ipsets_are_read_again_even_when_the_iptables_nft_rules_are_cached() {
+    let setup = Setup::new();
+    let dataplane = setup.dataplane(NFT);
+    let desired = Arc::new(NFT.desired(&policy("office-networkset")));
+    let set = desired.sets.keys().next().expect("a set").clone();
+    let mut cache = None;
+    reconcile_cached(&dataplane, &desired, &mut cache).expect("apply");
+    let generation = cache.as_ref().map(Cached::generation);
+    // ipset is outside nf_tables: the generation does not move.
+    let output = setup
+        .fake
+        .foreign("ipset", &["add", &set, "192.0.2.99"], "");
+    assert!(output.success, "{}", output.stderr);
+    assert_eq!(setup.fake.nft_generation(), generation);
+    let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
+    assert_eq!(read, Read::Cached);
+    assert_eq!(outcome.plan.sets.len(), 1, "{}", outcome.plan.describe());
+    assert_eq!(outcome.plan.sets[0].remove, vec!["192.0.2.99".to_owned()]);
+}
+
+#[test]
+fn a_failed_write_empties_the_cache() {
+    for backend in [NFT, NATIVE] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let first = Arc::new(backend.desired(&policy("nodeport-whitelist")));
+        let second = Arc::new(backend.desired(&policy("docker-published-port")));
+        let mut cache = None;
+        reconcile_cached(&dataplane, &first, &mut cache).expect("apply");
+        setup.fake.fail_write(1);
+        assert!(reconcile_cached(&dataplane, &second, &mut cache).is_err());
+        assert!(cache.is_none(), "{backend}");
+        let (_, read) = reconcile_cached(&dataplane, &second, &mut cache).expect("retry");
+        assert_eq!(read, Read::Whole, "{backend}");
+        assert_eq!(
+            projection(&dataplane.observe().expect("observe")),
+            projection(&second),
+            "{backend}"
+        );
+    }
+}

@@ -86,6 +86,8 @@ struct Kernel {
     nft: nft::Ruleset,
     /// The last nf_tables table handle given out (nft's tables and iptables-nft's share them).
     table_handles: u64,
+    /// The nf_tables generation: bumped by every successful nftables or iptables-nft write.
+    generation: u32,
 }
 
 #[derive(Debug, Default)]
@@ -226,10 +228,18 @@ impl FakeKernel {
         let mut inner = self.lock();
         let kernel = &mut inner.kernel;
         let mut count = 0;
-        for store in kernel.legacy.iter_mut().chain(kernel.nft_xt.iter_mut()) {
+        for store in &mut kernel.legacy {
             count += store.delete_rules(needle);
         }
-        count + kernel.nft.delete_rules(needle)
+        let mut nf_tables = 0;
+        for store in &mut kernel.nft_xt {
+            nf_tables += store.delete_rules(needle);
+        }
+        nf_tables += kernel.nft.delete_rules(needle);
+        if nf_tables > 0 {
+            kernel.generation = kernel.generation.wrapping_add(1);
+        }
+        count + nf_tables
     }
 
     /// Runs a command as another program would: not logged, not counted as a write, never
@@ -237,6 +247,9 @@ impl FakeKernel {
     pub fn foreign(&self, program: &str, args: &[&str], stdin: &str) -> Output {
         let mut inner = self.lock();
         let (result, _) = dispatch(&mut inner.kernel, &[], program, args, Some(stdin));
+        if result.success && super::commits_nf_tables(program, args) {
+            inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
+        }
         result
     }
 
@@ -387,6 +400,9 @@ impl Runner for FakeKernel {
         } else {
             dispatch(&mut inner.kernel, &[], program, args, text.as_deref()).0
         };
+        if result.success && super::commits_nf_tables(program, args) {
+            inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
+        }
         inner.log.push(Invocation {
             program: program.to_owned(),
             args: args.iter().map(|arg| (*arg).to_owned()).collect(),
@@ -399,5 +415,9 @@ impl Runner for FakeKernel {
 
     fn exists(&self, program: &str) -> bool {
         PROGRAMS.contains(&program)
+    }
+
+    fn nft_generation(&self) -> Option<u32> {
+        Some(self.lock().kernel.generation)
     }
 }

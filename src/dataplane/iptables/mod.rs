@@ -11,7 +11,7 @@ pub mod parse;
 pub mod render;
 
 use super::runner::joined;
-use super::{Backend, Dataplane, DataplaneError, run_checked};
+use super::{Backend, Coverage, Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction, TablePlan};
 use crate::ruleset::{Rule, Ruleset, Table};
@@ -116,6 +116,29 @@ impl Backend for Iptables {
             &desired.within(&tables, &sets),
             &after.within(&tables, &sets),
         )
+    }
+
+    fn generation_covers(&self) -> Coverage {
+        if self.legacy {
+            Coverage::Nothing
+        } else {
+            Coverage::Rules
+        }
+    }
+
+    /// The chains and jumps as cached, the sets read again (`ipset save`): ipsets are outside
+    /// nf_tables and its generation.
+    fn refresh(&self, dataplane: &Dataplane<'_>, cached: &State) -> Result<State, DataplaneError> {
+        if self.legacy {
+            return self.observe(dataplane);
+        }
+        let sets = run_checked(dataplane.runner, "ipset", &["save"], None)?;
+        let mut state = State {
+            tables: cached.tables.clone(),
+            sets: Default::default(),
+        };
+        parse::parse_ipset_save(&sets.stdout, &mut state);
+        Ok(state)
     }
 }
 

@@ -83,6 +83,11 @@ impl Backend for Nftables {
             &after.of_families(&families),
         )
     }
+
+    /// Our tables, chains and sets are all nf_tables objects.
+    fn generation_covers(&self) -> super::Coverage {
+        super::Coverage::Everything
+    }
 }
 
 /// Reads our tables.
