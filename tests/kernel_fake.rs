@@ -635,6 +635,22 @@ const REFUSALS: &[(&str, &[&str], &str)] = &[
     ("nft", &["list", "table", "ip", "mangle"], ""),
     ("nft", &["list", "chain", "ip", "mangle", "PREROUTING"], ""),
     ("nft", &["list", "tables"], ""),
+    // One set listed alone, as the read-back after a write lists what it wrote.
+    (
+        "nft",
+        &["-f", "-"],
+        "add set ip nodeport_guard listed { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard listed { 192.0.2.0/24, 198.51.100.7 }\n",
+    ),
+    (
+        "nft",
+        &["-y", "list", "set", "ip", "nodeport_guard", "listed"],
+        "",
+    ),
+    (
+        "nft",
+        &["-y", "list", "set", "ip", "nodeport_guard", "absent-set"],
+        "",
+    ),
 ];
 
 /// Inputs the kernel refuses: both must refuse them with the same exit code and stderr (the

@@ -76,7 +76,12 @@ impl Backend for Nftables {
 
     /// Every table and set of a family the plan touched: one transaction may rebuild a
     /// family's whole table.
+    /// What the read-back of [`observe_written`] covers: the chains, base chains and sets the
+    /// plan names, or the whole tables of the families it touched when it was read whole.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
+        if written_objects(written).is_some() {
+            return crate::plan::plan(&desired.named_by(written), &after.named_by(written));
+        }
         let families = written.families();
         crate::plan::plan(
             &desired.of_families(&families),
@@ -95,10 +100,95 @@ fn observe(dataplane: &Dataplane<'_>) -> Result<State, DataplaneError> {
     observe_families(dataplane, &IpFamily::BOTH)
 }
 
-/// Reads back what a plan wrote: our tables of the families it touched, whole (a transaction
-/// that rebuilds a family's table rewrites more than the plan names).
+/// Most chains and sets [`observe_written`] lists one by one; a plan that wrote more is read
+/// back whole.
+const LISTED_ONE_BY_ONE: usize = 8;
+
+/// What one object listing names: `chain` or `set`, the family, the object's name.
+type Object = (&'static str, IpFamily, String);
+
+/// The objects a plan writes, when it writes only those: its chains, the base chains of its
+/// hooks and its sets, at most [`LISTED_ONE_BY_ONE`]. `None` for a plan that rebuilds a
+/// family's table (a set whose type changed) or writes more.
+fn written_objects(plan: &Plan) -> Option<Vec<Object>> {
+    if plan
+        .sets
+        .iter()
+        .any(|set| set.action == SetAction::Recreate)
+    {
+        return None;
+    }
+    let mut objects = Vec::new();
+    for table in &plan.tables {
+        let family = table.key.family;
+        for chain in &table.chains {
+            objects.push(("chain", family, chain_name(table.key.table, &chain.name)));
+        }
+        for hook in &table.hooks {
+            objects.push((
+                "chain",
+                family,
+                base_chain_name(table.key.table, &hook.chain),
+            ));
+        }
+    }
+    for set in &plan.sets {
+        objects.push(("set", set.family, set.name.clone()));
+    }
+    (objects.len() <= LISTED_ONE_BY_ONE).then_some(objects)
+}
+
+/// Reads back what a plan wrote: each chain, base chain and set it names
+/// (`nft list chain|set …`, all at the same time), or our tables of the families it touched,
+/// whole, when it wrote many or rebuilt a table.
 fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, DataplaneError> {
-    observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>())
+    let Some(objects) = written_objects(plan) else {
+        return observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>());
+    };
+    let runner = dataplane.runner;
+    let list = |(kind, family, name): &Object| {
+        let mut args: Vec<String> = LIST_FLAGS.iter().map(|flag| (*flag).to_owned()).collect();
+        args.extend([
+            "list".to_owned(),
+            (*kind).to_owned(),
+            family_name(*family).to_owned(),
+            TABLE.to_owned(),
+            name.clone(),
+        ]);
+        args
+    };
+    let listings = std::thread::scope(|scope| {
+        let listings: Vec<_> = objects
+            .iter()
+            .map(|object| {
+                let args = list(object);
+                scope.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    runner.run("nft", &args, None)
+                })
+            })
+            .collect();
+        listings.into_iter().map(joined).collect::<Vec<_>>()
+    });
+    let mut state = State::default();
+    for (object, output) in objects.iter().zip(listings) {
+        let output = output.map_err(|source| DataplaneError::Spawn {
+            program: "nft".to_owned(),
+            source,
+        })?;
+        if !output.success {
+            // Gone (deleted by the plan, or with its table).
+            if output.stderr.contains("No such file or directory") {
+                continue;
+            }
+            let args = list(object);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_checked(dataplane.runner, "nft", &args, None)?;
+            continue;
+        }
+        parse::parse_listing(&output.stdout, object.1, &mut state);
+    }
+    Ok(state)
 }
 
 /// The listing [`parse_listing`] reads: rule handles (`-a`), numeric priorities (`-y`), set

@@ -140,6 +140,35 @@ pub(super) fn list_table(
     list_xt(store, family, name, only_chain, handles, numeric)
 }
 
+/// `nft list set FAMILY TABLE NAME` of a native table: the table around that one set.
+pub(super) fn list_native_set(table: &Table, name: &str, handles: bool) -> Option<String> {
+    let only = Table {
+        sets: table
+            .sets
+            .iter()
+            .filter(|set| set.name == name)
+            .cloned()
+            .collect(),
+        chains: Vec::new(),
+        ..table.clone()
+    };
+    if only.sets.is_empty() {
+        return None;
+    }
+    // nft prints the set's handle with `-a`, not the table's.
+    let text = list_native(&only, None, handles, true)?;
+    let (first, rest) = text.split_once('\n')?;
+    let first = first
+        .split_once(" # handle")
+        .map_or(first, |(head, _)| head);
+    let first = if first.ends_with('{') {
+        first.to_owned()
+    } else {
+        format!("{first} {{")
+    };
+    Some(format!("{first}\n{rest}"))
+}
+
 pub(super) fn list_native(
     table: &Table,
     only_chain: Option<&str>,

@@ -290,6 +290,16 @@ pub(super) fn command(
                 None => missing(&words, 4),
             }
         }
+        ["list", "set", family, table, set] => {
+            match kernel
+                .nft
+                .table(family, table)
+                .and_then(|native| list::list_native_set(native, set, handles))
+            {
+                Some(text) => output(0, text, String::new()),
+                None => missing(&words, 4),
+            }
+        }
         [] => output(1, String::new(), "Error: no command given\n".to_owned()),
         _ => {
             let line = words.join(" ");
