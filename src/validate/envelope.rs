@@ -3,15 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Labels, Origin};
+use crate::model::{DEFAULT_TIER, Labels, Origin};
 use crate::source::{FileId, Sources, Span};
-use crate::spec::{API_VERSION, Kind, Sp};
+use crate::spec::{API_VERSION, Kind, RawResource, RawSpec, Sp};
 
 use super::MAX_ANNOTATION_BYTES;
 use super::checker::{Checker, Problem};
 use super::values::{
-    LABEL_VALUE_RULE, QUALIFIED_NAME_RULE, label_key_problem, label_value_problem, name_problem,
-    qualified_name_reason, shown, subject_reason,
+    LABEL_VALUE_RULE, NameShape, QUALIFIED_NAME_RULE, label_key_problem, label_value_problem,
+    name_problem, qualified_name_reason, shown, subject_reason,
 };
 
 /// What every resource has once its metadata is valid.
@@ -118,7 +118,7 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         );
         return None;
     };
-    if let Some(problem) = name_problem(&name.value, "name") {
+    if let Some(problem) = name_problem(&name.value, "name", name_shape(resource)) {
         checker.report(name.span, problem);
         return None;
     }
@@ -127,6 +127,21 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         labels,
         origin: checker.origin(name.span),
     })
+}
+
+/// What `resource`'s name must look like, for the name suggested in place of an invalid one.
+fn name_shape(resource: &RawResource) -> NameShape<'_> {
+    match resource.kind.value {
+        Kind::Tier => NameShape::Label,
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
+            let tier = match resource.spec.as_ref().map(|spec| &spec.value) {
+                Some(RawSpec::Policy(spec)) => spec.tier.as_ref().map(|tier| tier.value.as_str()),
+                _ => None,
+            };
+            NameShape::Policy(tier.unwrap_or(DEFAULT_TIER))
+        }
+        _ => NameShape::Subdomain,
+    }
 }
 
 /// Checks labels; returns the valid ones.
