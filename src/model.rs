@@ -236,6 +236,16 @@ impl Policy {
             Direction::Egress => self.egress.as_deref(),
         }
     }
+
+    /// Its name in backquotes, and its tier when that is not `default`: "`security.gate`
+    /// (tier security)", for warnings.
+    pub fn described(&self) -> String {
+        if self.tier == DEFAULT_TIER {
+            format!("`{}`", self.name)
+        } else {
+            format!("`{}` (tier {})", self.name, self.tier)
+        }
+    }
 }
 
 /// A `StagedGlobalNetworkPolicy` with `stagedAction: Delete`: it stages the removal of the

@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::IpFamily;
+use std::collections::HashMap;
+
+use crate::model::{Direction, IpFamily};
 use crate::state::{HookRule, RuleLine, SetState, State, TableKey};
 
 /// What happens to a chain.
@@ -36,6 +38,38 @@ pub struct ChainChange {
     pub before: Vec<RuleLine>,
     /// The rules after (desired).
     pub after: Vec<RuleLine>,
+    /// The policy whose rules the chain holds, when it is a policy's chain and the policies
+    /// (or the ones last applied, for a chain being deleted) say which ([`Plan::name_policies`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<ChainPolicy>,
+}
+
+/// The policy a chain holds the rules of (`plan --json`: `name`, `tier`, `direction`, and
+/// `staged` when it is a staged one).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainPolicy {
+    /// The policy's name.
+    pub name: String,
+    /// Its tier.
+    pub tier: String,
+    /// Which of its rule lists.
+    pub direction: Direction,
+    /// Whether it is a staged policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
+}
+
+impl ChainPolicy {
+    /// In words: "ingress rules of policy `security.gate` (tier security)".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} rules of {}policy `{}` (tier {})",
+            self.direction,
+            if self.staged { "staged " } else { "" },
+            self.name,
+            self.tier
+        )
+    }
 }
 
 /// A change to our rules in a kernel chain (or a foreign chain holding something of ours).
@@ -148,6 +182,16 @@ impl Plan {
             .map(|table| table.key.family)
             .chain(self.sets.iter().map(|set| set.family))
             .collect()
+    }
+
+    /// Says which policy (and tier) each policy chain of the plan belongs to, from `owners`
+    /// (chain name → policy; the commands know it from the compiler's chain names).
+    pub fn name_policies(&mut self, owners: &HashMap<String, ChainPolicy>) {
+        for table in &mut self.tables {
+            for chain in &mut table.chains {
+                chain.policy = owners.get(&chain.name).cloned();
+            }
+        }
     }
 
     /// What the plan touches, in a few words for a log line or `status`.
@@ -265,6 +309,7 @@ pub fn plan(desired: &State, observed: &State) -> Plan {
             };
             if let Some((action, before, after)) = change {
                 table_plan.chains.push(ChainChange {
+                    policy: None,
                     name: name.clone(),
                     action,
                     before,
@@ -392,11 +437,16 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 ChainAction::Replace => "change",
                 ChainAction::Delete => "delete",
             };
+            let about = chain
+                .policy
+                .as_ref()
+                .map(|policy| format!(": {}", policy.describe()))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "{}",
                 paint(
-                    &format!("# {verb} chain {} ({})", chain.name, table.key),
+                    &format!("# {verb} chain {} ({}){about}", chain.name, table.key),
                     "1",
                     style
                 )

@@ -60,7 +60,7 @@ fn expect_logged(log: &NflogCapture, src: impl Into<IpAddr>, dport: u16, prefix:
 /// As documented: the management network reaches the host service, the other network does
 /// not and is dropped at the end of tier `security` (`DPI|security`: the tier's policy
 /// selected the endpoint and decided nothing, and a tier ends in Deny); everyone reaches the
-/// kubelet-like port.
+/// kubelet-like port. `plan` and `status` name the policy's tier.
 fn docs_protect_hosts_in_a_security_tier(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
@@ -105,7 +105,19 @@ spec:
         endpoint = host_endpoint("{role: k8s-worker, environment: production}"),
     );
     guard.write_policy("protect-hosts.yaml", &policies);
+    // `plan` and `status` name the tier.
+    let plan = guard.run(&["plan"]);
+    assert!(
+        plan.stdout
+            .contains("ingress rules of policy `security.k8s-worker` (tier security)"),
+        "{plan}"
+    );
     guard.apply();
+    let status = guard.run_expect(&["status"], 0).stdout;
+    assert!(
+        status.contains("security.k8s-worker (tier security)"),
+        "{status}"
+    );
 
     let (management, outside) = (addr::CLIENT_V4[0], addr::CLIENT_REMOTE_V4[0]);
     let node = |port| sa(addr::NODE_V4, port);
