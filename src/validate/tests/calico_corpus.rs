@@ -1234,12 +1234,25 @@ fn corpus() -> Vec<Case> {
     ]
     .into_iter()
     .map(|(upstream, yaml, calico)| case(upstream, yaml, calico));
+    // `names.TieredPolicyName` stores `bazpolicy` as `default.bazpolicy` ("Tiered policy name:
+    // Policy in default tier", "… with prefix"), so the second is the first again: Calico's
+    // create says it already exists.
+    let same_name = case(
+        "Tiered policy name: Policy in default tier, and with prefix: one stored name",
+        format!(
+            "{}---\n{}",
+            gnp("bazpolicy", "{}"),
+            gnp("default.bazpolicy", "{}")
+        ),
+        Invalid,
+    );
     rules
         .chain(policies)
         .chain(tiers)
         .chain(staged_policies)
         .chain(tiered_names)
         .chain(long_tier_names)
+        .chain(std::iter::once(same_name))
         .chain(host_endpoints)
         .chain(network_sets)
         .chain(generated_cases())

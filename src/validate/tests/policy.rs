@@ -548,3 +548,26 @@ fn names_offered_in_place_of_invalid_ones_are_valid() {
         );
     }
 }
+
+/// `foo` and `default.foo` are one policy to Calico (it stores the first as the second), so
+/// the second is a duplicate, and the message says why.
+#[test]
+fn a_default_tier_policy_and_its_prefixed_name_are_one_policy() {
+    let text = format!(
+        "{}---\n{}",
+        policy_named("foo", ""),
+        policy_named("default.foo", "")
+    );
+    let outcome = expect(
+        &text,
+        &[
+            "11:9: error: another `GlobalNetworkPolicy` is already named `foo`, which is the same policy: Calico stores a policy of the default tier as `default.foo`",
+        ],
+    );
+    assert_eq!(
+        outcome.help("already named"),
+        "`foo` is also defined at p.yaml:4:9"
+    );
+    // In another tier the prefix is the tier's, and the names differ.
+    expect(&policy_named("default-foo", ""), &[]);
+}
