@@ -134,6 +134,8 @@ impl Presence {
 pub struct RuleCounter {
     /// Policy name.
     pub policy: String,
+    /// The policy's tier.
+    pub tier: String,
     /// Direction.
     pub direction: Direction,
     /// Rule index.
@@ -151,8 +153,8 @@ pub struct RuleCounter {
 /// Per policy rule: packets, bytes, kernel rules found, kernel rules expected.
 type Tally = (u64, u64, usize, usize);
 
-/// A policy rule: staged or not, policy, direction, rule index (enforced rules first).
-type RuleKey = (bool, String, Direction, usize);
+/// A policy rule: staged or not, policy, direction, rule index (enforced rules first), tier.
+type RuleKey = (bool, String, Direction, usize, String);
 
 /// Packets and bytes per policy rule: the counters of the kernel rules that carry each policy
 /// rule's verdict, summed over families and tables.
@@ -179,6 +181,7 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
                 entry.origin.policy.clone(),
                 entry.origin.direction,
                 entry.origin.rule_index,
+                entry.origin.tier.clone(),
             ))
             .or_default();
         total.0 += counters.packets;
@@ -189,18 +192,21 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
     totals
         .into_iter()
         .map(
-            |((staged, policy, direction, rule), (packets, bytes, found, expected))| RuleCounter {
-                staged,
-                policy,
-                direction,
-                rule,
-                packets,
-                bytes,
-                in_kernel: match found {
-                    0 => Presence::No,
-                    found if found == expected => Presence::Yes,
-                    _ => Presence::Partly,
-                },
+            |((staged, policy, direction, rule, tier), (packets, bytes, found, expected))| {
+                RuleCounter {
+                    staged,
+                    policy,
+                    tier,
+                    direction,
+                    rule,
+                    packets,
+                    bytes,
+                    in_kernel: match found {
+                        0 => Presence::No,
+                        found if found == expected => Presence::Yes,
+                        _ => Presence::Partly,
+                    },
+                }
             },
         )
         .collect()

@@ -31,7 +31,7 @@ pub type Labels = BTreeMap<String, String>;
 /// only from `validate::validate`, and inside it only `validate` calls [`Model::from_checked`].
 #[derive(Clone, Debug)]
 pub struct Model {
-    /// Tiers in evaluation order (by `order`, none last, then by name), `default` among them.
+    /// Tiers in evaluation order (by `order`, then by name), the built-in ones among them.
     tiers: Vec<Tier>,
     /// Policies in evaluation order: tier by tier, and in a tier by `order` (none last), then by
     /// name.
@@ -77,7 +77,7 @@ impl Model {
         self
     }
 
-    /// Tiers in evaluation order (by `order`, none last, then by name), `default` among them.
+    /// Tiers in evaluation order (by `order`, then by name), the built-in ones among them.
     pub fn tiers(&self) -> &[Tier] {
         &self.tiers
     }
@@ -236,6 +236,16 @@ impl Policy {
             Direction::Egress => self.egress.as_deref(),
         }
     }
+
+    /// Its name in backquotes, and its tier when that is not `default`: "`security.gate`
+    /// (tier security)", for warnings.
+    pub fn described(&self) -> String {
+        if self.tier == DEFAULT_TIER {
+            format!("`{}`", self.name)
+        } else {
+            format!("`{}` (tier {})", self.name, self.tier)
+        }
+    }
 }
 
 /// A `StagedGlobalNetworkPolicy` with `stagedAction: Delete`: it stages the removal of the
@@ -253,8 +263,17 @@ pub struct StagedDeletion {
 /// The tier every policy without `spec.tier` is in; it always exists.
 pub const DEFAULT_TIER: &str = "default";
 
-/// Calico's order of the `default` tier.
+/// Calico's order of the `default` tier, and of a `Tier` written without `order` (v3.29 on,
+/// `libcalico-go/lib/resources/tier.go` `DefaultTierFields`).
 pub const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;
+
+/// The tiers Calico v3.30 creates in every cluster (`clientv3` `EnsureInitialized`): name,
+/// order (which a `Tier` of that name must keep, `validateTier`) and default action.
+pub const BUILTIN_TIERS: [(&str, f64, TierAction); 3] = [
+    ("adminnetworkpolicy", 1_000.0, TierAction::Pass),
+    (DEFAULT_TIER, DEFAULT_TIER_ORDER, TierAction::Deny),
+    ("baselineadminnetworkpolicy", 10_000_000.0, TierAction::Pass),
+];
 
 /// A tier: policies that run as a group, tiers one after the other in `order`. A `Pass` rule
 /// ends its policy's tier; a tier ends in its `defaultAction` for normal policy.
@@ -262,23 +281,31 @@ pub const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;
 pub struct Tier {
     /// Its name (a DNS label: policies outside `default` are named `<tier>.<name>`).
     pub name: String,
-    /// `order`; `None` runs after every ordered tier.
-    pub order: Option<f64>,
+    /// `order` (Calico's 1000000 when the file has none): lower runs first.
+    pub order: f64,
     /// What happens to a packet no policy of the tier decided, for normal policy.
     pub default_action: TierAction,
-    /// Where it was written; `None` for the implicit `default` tier.
+    /// Where it was written; `None` for a built-in tier no file declares.
     pub origin: Option<Origin>,
 }
 
 impl Tier {
     /// The `default` tier as Calico has it when no file declares it.
     pub fn implicit_default() -> Tier {
-        Tier {
-            name: DEFAULT_TIER.to_owned(),
-            order: Some(DEFAULT_TIER_ORDER),
-            default_action: TierAction::Deny,
-            origin: None,
-        }
+        Tier::builtin(DEFAULT_TIER).expect("`default` is a built-in tier")
+    }
+
+    /// The built-in tier of this name as Calico creates it, if there is one.
+    pub fn builtin(name: &str) -> Option<Tier> {
+        BUILTIN_TIERS
+            .iter()
+            .find(|(builtin, _, _)| *builtin == name)
+            .map(|&(name, order, default_action)| Tier {
+                name: name.to_owned(),
+                order,
+                default_action,
+                origin: None,
+            })
     }
 }
 

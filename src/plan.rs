@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::IpFamily;
+use std::collections::HashMap;
+
+use crate::model::{Direction, IpFamily};
 use crate::state::{HookRule, RuleLine, SetState, State, TableKey};
 
 /// What happens to a chain.
@@ -36,6 +38,38 @@ pub struct ChainChange {
     pub before: Vec<RuleLine>,
     /// The rules after (desired).
     pub after: Vec<RuleLine>,
+    /// The policy whose rules the chain holds, when it is a policy's chain and the policies
+    /// (or the ones last applied, for a chain being deleted) say which ([`Plan::name_policies`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<ChainPolicy>,
+}
+
+/// The policy a chain holds the rules of (`plan --json`: `name`, `tier`, `direction`, and
+/// `staged` when it is a staged one).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainPolicy {
+    /// The policy's name.
+    pub name: String,
+    /// Its tier.
+    pub tier: String,
+    /// Which of its rule lists.
+    pub direction: Direction,
+    /// Whether it is a staged policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
+}
+
+impl ChainPolicy {
+    /// In words: "ingress rules of policy `security.gate` (tier security)".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} rules of {}policy `{}` (tier {})",
+            self.direction,
+            if self.staged { "staged " } else { "" },
+            self.name,
+            self.tier
+        )
+    }
 }
 
 /// A change to our rules in a kernel chain (or a foreign chain holding something of ours).
@@ -148,6 +182,47 @@ impl Plan {
             .map(|table| table.key.family)
             .chain(self.sets.iter().map(|set| set.family))
             .collect()
+    }
+
+    /// Says which policy (and tier) each policy chain of the plan belongs to, from `owners`
+    /// (chain name → policy; the commands know it from the compiler's chain names).
+    pub fn name_policies(&mut self, owners: &HashMap<String, ChainPolicy>) {
+        for table in &mut self.tables {
+            for chain in &mut table.chains {
+                chain.policy = owners.get(&chain.name).cloned();
+            }
+        }
+    }
+
+    /// The part of `state` this plan names: the chains and hook chains it changes, per table,
+    /// and the sets it changes.
+    pub fn part_of(&self, state: &State) -> State {
+        let mut named = State::default();
+        for change in &self.tables {
+            let Some(table) = state.tables.get(&change.key) else {
+                continue;
+            };
+            let mut part = crate::state::TableState::default();
+            for chain in &change.chains {
+                if let Some(rules) = table.chains.get(&chain.name) {
+                    part.chains.insert(chain.name.clone(), rules.clone());
+                }
+            }
+            for hook in &change.hooks {
+                if let Some(rules) = table.hooks.get(&hook.chain) {
+                    part.hooks.insert(hook.chain.clone(), rules.clone());
+                }
+            }
+            if !part.is_empty() {
+                named.tables.insert(change.key, part);
+            }
+        }
+        for set in &self.sets {
+            if let Some(found) = state.sets.get(&set.name) {
+                named.sets.insert(set.name.clone(), found.clone());
+            }
+        }
+        named
     }
 
     /// What the plan touches, in a few words for a log line or `status`.
@@ -265,6 +340,7 @@ pub fn plan(desired: &State, observed: &State) -> Plan {
             };
             if let Some((action, before, after)) = change {
                 table_plan.chains.push(ChainChange {
+                    policy: None,
                     name: name.clone(),
                     action,
                     before,
@@ -382,12 +458,24 @@ pub struct Style {
 /// `staged policy NAME …`), else nodeport-guard's own plumbing.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Owner {
-    Policy { name: String, staged: bool },
+    Policy {
+        name: String,
+        staged: bool,
+        /// Its tier, when the plan was told ([`Plan::name_policies`]).
+        tier: Option<String>,
+    },
     Plumbing,
 }
 
 impl Owner {
     fn of(chain: &ChainChange) -> Owner {
+        if let Some(policy) = &chain.policy {
+            return Owner::Policy {
+                name: policy.name.clone(),
+                staged: policy.staged,
+                tier: Some(policy.tier.clone()),
+            };
+        }
         chain
             .after
             .iter()
@@ -396,6 +484,7 @@ impl Owner {
             .map_or(Owner::Plumbing, |(name, staged)| Owner::Policy {
                 name: name.to_owned(),
                 staged,
+                tier: None,
             })
     }
 }
@@ -403,11 +492,16 @@ impl Owner {
 impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Owner::Policy {
-                name,
-                staged: false,
-            } => write!(f, "policy {name}"),
-            Owner::Policy { name, staged: true } => write!(f, "staged policy {name}"),
+            Owner::Policy { name, staged, tier } => {
+                if *staged {
+                    f.write_str("staged ")?;
+                }
+                write!(f, "policy {name}")?;
+                match tier {
+                    Some(tier) => write!(f, " (tier {tier})"),
+                    None => Ok(()),
+                }
+            }
             Owner::Plumbing => f.write_str(
                 "nodeport-guard's own chains (connection state, dispatch, failsafe ports)",
             ),
@@ -561,17 +655,19 @@ pub fn render(plan: &Plan, style: Style) -> String {
                 ChainAction::Delete => true,
                 ChainAction::Replace => false,
             };
-            let title = match &owner {
-                Owner::Plumbing => format!("# {verb} chain {} ({})", chain.name, table.key),
-                owner => format!("# {verb} chain {} ({}, {owner})", chain.name, table.key),
+            let about = match (&chain.policy, &owner) {
+                (Some(policy), _) => Some(policy.describe()),
+                (None, Owner::Plumbing) => None,
+                (None, owner) => Some(owner.to_string()),
+            };
+            let title = match &about {
+                Some(about) => format!("# {verb} chain {} ({}): {about}", chain.name, table.key),
+                None => format!("# {verb} chain {} ({})", chain.name, table.key),
             };
             if whole && !style.full {
-                let rules = chain.before.len().max(chain.after.len());
-                collapsed.push(paint(
-                    &format!("{title}: {}", counted(rules, "rule")),
-                    "1",
-                    style,
-                ));
+                let rules = counted(chain.before.len().max(chain.after.len()), "rule");
+                let separator = if about.is_some() { "," } else { ":" };
+                collapsed.push(paint(&format!("{title}{separator} {rules}"), "1", style));
                 continue;
             }
             let _ = writeln!(out, "{}", paint(&title, "1", style));
@@ -889,7 +985,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("# delete chain npg-pi-gone (IPv4 mangle, policy gone): 1 rule\n"),
+            text.contains("# delete chain npg-pi-gone (IPv4 mangle): policy gone, 1 rule\n"),
             "{text}"
         );
         assert!(!text.contains("-j npg-from-host-endpoint"), "{text}");

@@ -184,6 +184,14 @@ impl Rule {
     }
 }
 
+fn default_tier() -> String {
+    crate::model::DEFAULT_TIER.to_owned()
+}
+
+fn is_default_tier(tier: &str) -> bool {
+    tier == crate::model::DEFAULT_TIER
+}
+
 /// Which policy rule a kernel rule carries the verdict of.
 #[derive(
     Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -191,6 +199,10 @@ impl Rule {
 pub struct RuleOrigin {
     /// Policy name.
     pub policy: String,
+    /// The policy's tier (left out of a saved index when `default`, so older ones read the
+    /// same).
+    #[serde(default = "default_tier", skip_serializing_if = "is_default_tier")]
+    pub tier: String,
     /// Direction.
     pub direction: Direction,
     /// Index of the rule in the policy's list for that direction.

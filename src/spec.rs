@@ -169,7 +169,7 @@ pub struct RawPolicySpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(rename = "TierSpec")]
 pub struct RawTierSpec {
-    /// Lower orders run first; a tier without an order runs last. `default` has 1000000.
+    /// Lower orders run first; a tier without one has 1000000, as `default`; ties run by name.
     pub order: Option<Sp<f64>>,
     /// What happens to a packet no policy of the tier decided: `Deny` (the default) or `Pass`
     /// (on to the next tier). Only normal policy has an end-of-tier action.

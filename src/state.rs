@@ -116,37 +116,6 @@ impl State {
         }
     }
 
-    /// The part of this state a plan names: the chains and hook chains it changes, per table,
-    /// and the sets it changes.
-    pub fn named_by(&self, plan: &crate::plan::Plan) -> State {
-        let mut named = State::default();
-        for change in &plan.tables {
-            let Some(table) = self.tables.get(&change.key) else {
-                continue;
-            };
-            let mut part = TableState::default();
-            for chain in &change.chains {
-                if let Some(rules) = table.chains.get(&chain.name) {
-                    part.chains.insert(chain.name.clone(), rules.clone());
-                }
-            }
-            for hook in &change.hooks {
-                if let Some(rules) = table.hooks.get(&hook.chain) {
-                    part.hooks.insert(hook.chain.clone(), rules.clone());
-                }
-            }
-            if !part.is_empty() {
-                named.tables.insert(change.key, part);
-            }
-        }
-        for set in &plan.sets {
-            if let Some(state) = self.sets.get(&set.name) {
-                named.sets.insert(set.name.clone(), state.clone());
-            }
-        }
-        named
-    }
-
     /// The part of this state of these families.
     pub fn of_families(&self, families: &BTreeSet<IpFamily>) -> State {
         let tables = self

@@ -557,11 +557,14 @@ fn differential(backend: Backend, native_nftables: bool) {
     };
     let started = Instant::now();
     let mut previous = Scenario::default();
+    // Cases with a `Tier` besides `default`.
+    let mut tiered = 0;
     for index in 0..settings.cases {
         let mut rng = Rng::new(generate::case_seed(seed, index));
         let scenario = generate::scenario(&mut rng, index);
         let space = generate::packet_space(&mut rng, index);
         let packets = generate::pick_probes(&mut rng, &scenario, space, PROBES_PER_CASE);
+        tiered += usize::from(!scenario.tiers.is_empty());
         let Some(failure) = run.check(&scenario, &packets, ALLOW_PROBE_TIMEOUT) else {
             previous = scenario;
             continue;
@@ -589,7 +592,7 @@ fn differential(backend: Backend, native_nftables: bool) {
     let _ = std::io::Write::write_all(
         &mut std::io::stderr(),
         format!(
-            "{name}: {} cases, {} probes ({} dropped, {} logged), {} applies agreed with the reference and the trace in {:.1} s (seed {:#x})\n",
+            "{name}: {} cases ({tiered} with tiers), {} probes ({} dropped, {} logged), {} applies agreed with the reference and the trace in {:.1} s (seed {:#x})\n",
             settings.cases,
             run.probes,
             run.drops,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, bail};
 
 use super::output::{ask, print_cuts, print_plan};
-use super::plan::{SavedPlan, prepare, prepare_observing};
+use super::plan::{SavedPlan, name_policies, prepare, prepare_observing};
 use crate::counters::AppliedIndex;
 use crate::dataplane::{Backend, Dataplane, Runner};
 use crate::model::IpFamily;
@@ -110,7 +110,13 @@ pub fn run(
     {
         bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
     }
-    let changes = plan::plan(&target.desired, &observed);
+    let mut changes = plan::plan(&target.desired, &observed);
+    let policies = policy_set::from_files(&target.index.policy_files);
+    name_policies(
+        &mut changes,
+        settings,
+        policies.is_valid().then_some(&policies.model),
+    );
     if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
         record_applied(&state_dir, &target.index);

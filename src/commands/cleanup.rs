@@ -25,7 +25,8 @@ pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool, full: bool) -> R
         &settings.state_dir,
     );
     let observed = dataplane.observe()?;
-    let changes = plan::plan(&State::default(), &observed);
+    let mut changes = plan::plan(&State::default(), &observed);
+    super::plan::name_policies(&mut changes, settings, None);
     if changes.is_empty() {
         println!("Nothing to clean up: nodeport-guard owns nothing in {backend}.");
         return Ok(ExitCode::SUCCESS);

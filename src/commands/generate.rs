@@ -113,12 +113,12 @@ and set, then a diff per chain (\fB\-\-full\fR for every line), then a summary l
 .RS
 .nf
 What changes:
-  policy allow\-cluster\-nodeport\-only: new: 12 rules in 2 chains
+  policy allow\-cluster\-nodeport\-only (tier default): new: 12 rules in 2 chains
   nodeport\-guard's own chains (connection state, dispatch, failsafe ports): new: 42 rules in 8 chains
   jumps from the kernel's chains into ours: 2 to fix
   set npg4\-this\-host (IPv4): new, 1 member
 
-# create chain npg\-pi\-allow\-cluste_poZ0iv3s (IPv4 mangle, policy allow\-cluster\-nodeport\-only)
+# create chain npg\-pi\-allow\-cluste_poZ0iv3s (IPv4 mangle): ingress rules of policy `allow\-cluster\-nodeport\-only` (tier default)
 @@ \-0,0 +1,9 @@
 +\-A npg\-pi\-allow\-cluste_poZ0iv3s \-s 198.51.100.10/32 \-m comment ...
 \&...

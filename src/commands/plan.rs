@@ -1,6 +1,7 @@
 //! `plan`: what `apply` would change, as a diff per chain and set; and the preparation `plan`
 //! and `apply` share (compile the policies while the kernel is read).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ use crate::compile::{Compiled, PolicyNames, names};
 use crate::counters::{self, AppliedIndex};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
 use crate::facts::HostFacts;
-use crate::model::{Direction, IpFamily};
+use crate::model::{Direction, IpFamily, Model};
 use crate::plan;
 use crate::policy_set;
 use crate::settings::Settings;
@@ -83,6 +84,35 @@ impl Prepared {
 /// applied yet, or by a version that did not record them).
 pub fn applied_model(settings: &Settings) -> Option<crate::model::Model> {
     applied_policies(settings).map(|(_, model)| model)
+}
+
+/// Says which policy (and tier) each policy chain of `changes` belongs to, from `model` (the
+/// policies to apply) and, for the chains a change deletes, the policies last applied.
+pub fn name_policies(changes: &mut plan::Plan, settings: &Settings, model: Option<&Model>) {
+    let applied = applied_model(settings);
+    // The policies to apply win: they are inserted last.
+    let mut owners = HashMap::new();
+    for model in applied.iter().chain(model) {
+        let enforced = model.policies().iter().map(|policy| (policy, false));
+        let staged = model.staged_policies().iter().map(|policy| (policy, true));
+        for (policy, staged) in enforced.chain(staged) {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let chain = if staged {
+                    names::staged_policy_chain(&policy.name, direction)
+                } else {
+                    names::policy_chain(&policy.name, direction)
+                };
+                let owner = plan::ChainPolicy {
+                    name: policy.name.clone(),
+                    tier: policy.tier.clone(),
+                    direction,
+                    staged,
+                };
+                owners.insert(chain, owner);
+            }
+        }
+    }
+    changes.name_policies(&owners);
 }
 
 /// The policy files the last apply recorded, and their model.
@@ -232,7 +262,8 @@ pub fn run(
         return Ok(ExitCode::from(1));
     };
     let observed = observed?;
-    let changes = plan::plan(&prepared.desired, &observed);
+    let mut changes = plan::plan(&prepared.desired, &observed);
+    name_policies(&mut changes, settings, Some(&prepared.model));
     let cut_off = prepared.cut_off(settings);
     let established = if changes.is_empty() {
         None

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::output::plural;
 use crate::counters::{self, Presence, RuleCounter};
 use crate::dataplane::{Backend, Dataplane, Runner};
-use crate::model::IpFamily;
+use crate::model::{DEFAULT_TIER, IpFamily};
 use crate::plan::{self, Plan};
 use crate::policy_set::{self, Compiling};
 use crate::settings::Settings;
@@ -302,12 +302,12 @@ impl Report {
 
 /// The counters as a table, one line per policy rule the kernel holds.
 fn print_table(out: &mut impl std::io::Write, rows: &[RuleCounter]) -> std::io::Result<()> {
-    let name = |row: &RuleCounter| {
-        if row.staged {
-            format!("{} (staged)", row.policy)
-        } else {
-            row.policy.clone()
-        }
+    // A policy outside `default` says its tier.
+    let name = |row: &RuleCounter| match (row.staged, row.tier == DEFAULT_TIER) {
+        (false, true) => row.policy.clone(),
+        (true, true) => format!("{} (staged)", row.policy),
+        (false, false) => format!("{} (tier {})", row.policy, row.tier),
+        (true, false) => format!("{} (staged, tier {})", row.policy, row.tier),
     };
     let width = rows
         .iter()

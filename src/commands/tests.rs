@@ -592,3 +592,133 @@ fn color_only_on_a_terminal_and_never_with_no_color() {
     // NO_COLOR set to the empty string does not count (no-color.org).
     assert!(use_color(true, Some("".into())));
 }
+
+/// A policy outside `default` is named with its tier: in `plan`'s chain headings and
+/// `--json` (`policy.tier` of a chain), in `status`'s table and `--json` (`tier` of a rule),
+/// and in the warnings.
+#[test]
+fn plan_status_and_warnings_name_a_policys_tier() {
+    let harness = Harness::new(&crate::dataplane::iptables::LEGACY);
+    std::fs::write(
+        harness.settings.config.policies_dir.join("tiers.yaml"),
+        "apiVersion: projectcalico.org/v3
+kind: Tier
+metadata:
+  name: security
+spec:
+  order: 100
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: security.gate
+spec:
+  tier: security
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Deny
+      source:
+        nets: [203.0.113.0/24]
+    - action: Pass
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: security.nobody
+spec:
+  tier: security
+  selector: role == 'nobody'
+",
+    )
+    .expect("policy");
+    let prepared = plan::prepare(&harness.settings, &harness.kernel).expect("valid");
+    let warnings: Vec<&str> = prepared
+        .compiled
+        .warnings
+        .iter()
+        .map(|w| w.message.as_str())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w
+                .starts_with("policy `security.nobody` (tier security) selects no host endpoint")),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("selected by `security.gate` (tier security)")),
+        "{warnings:#?}"
+    );
+    let mut changes = crate::plan::plan(&prepared.desired, &harness.ours());
+    plan::name_policies(&mut changes, &harness.settings, Some(&prepared.model));
+    let text = crate::plan::render(&changes, crate::plan::Style::default());
+    assert!(
+        text.contains("# create chain npg-pi-security.gate (IPv4 filter): ingress rules of policy `security.gate` (tier security)\n"),
+        "{text}"
+    );
+    // The overview names the tier too.
+    assert!(
+        text.contains("  policy security.gate (tier security): new: "),
+        "{text}"
+    );
+    let json = serde_json::to_value(&changes).expect("json");
+    let chain = json["tables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|table| table["chains"].as_array().into_iter().flatten())
+        .find(|chain| chain["name"] == "npg-pi-security.gate")
+        .unwrap_or_else(|| panic!("no chain of security.gate in {json:#}"));
+    assert_eq!(
+        chain["policy"],
+        serde_json::json!({"name": "security.gate", "tier": "security", "direction": "ingress"})
+    );
+
+    assert_exit(harness.apply(None).expect("apply"), 0);
+    let status = harness.status();
+    let row = status["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|row| row["policy"] == "security.gate")
+        .unwrap_or_else(|| panic!("no row of security.gate in {status:#}"));
+    assert_eq!(row["tier"], "security", "{row}");
+    let ours = harness.ours();
+    let report = status::gather(
+        &harness.settings,
+        harness.backend,
+        &ours,
+        &harness.state_dir(),
+    )
+    .expect("status");
+    let mut out = Vec::new();
+    report.print(&mut out).expect("print");
+    let text = String::from_utf8(out).expect("text");
+    assert!(
+        text.contains("security.gate (tier security)  ingress"),
+        "{text}"
+    );
+}
+
+/// The rollback watcher's command line parses with ids that look like options (one in 64
+/// base64url ids starts with `-`).
+#[test]
+fn the_rollback_watcher_takes_any_id_even_one_that_looks_like_an_option() {
+    use std::path::Path;
+    for id in ["-OLAHZGrfYSX", "--help", "_x-y", "abc"] {
+        let mut line = vec![std::ffi::OsString::from("nodeport-guard")];
+        line.extend(crate::system::watcher::arguments(Path::new("/run/x"), id));
+        let matches = crate::cli::command()
+            .try_get_matches_from(line)
+            .unwrap_or_else(|e| panic!("id {id}: {e}"));
+        let cli =
+            <crate::cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches).expect("parses");
+        match cli.command {
+            crate::cli::Command::RollbackWatch { id: parsed } => assert_eq!(parsed, id),
+            other => panic!("id {id}: parsed as {other:?}"),
+        }
+        assert_eq!(cli.global.state_dir, Path::new("/run/x"));
+    }
+}

@@ -428,8 +428,9 @@ pub(crate) fn policy_warnings(
                 policy.origin.file,
                 policy.origin.span,
                 format!(
-                    "policy `{}` selects no host endpoint of node `{}`: it has no effect here",
-                    policy.name, host.node_name
+                    "policy {} selects no host endpoint of node `{}`: it has no effect here",
+                    policy.described(),
+                    host.node_name
                 ),
             ));
         }
@@ -445,8 +446,9 @@ pub(crate) fn policy_warnings(
                 policy.origin.file,
                 policy.origin.span,
                 format!(
-                    "staged policy `{}` selects no host endpoint of node `{}`: it logs nothing here",
-                    policy.name, host.node_name
+                    "staged policy {} selects no host endpoint of node `{}`: it logs nothing here",
+                    policy.described(),
+                    host.node_name
                 ),
             ));
         }
@@ -495,7 +497,7 @@ pub(crate) fn default_deny_warnings(
                         binding.describe(),
                         path.direction(),
                         failsafe_words(failsafes),
-                        policies.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ")
+                        policies.iter().map(|p| p.described()).collect::<Vec<_>>().join(", ")
                     ),
                 ));
             } else if !binding.endpoint.default_allow {

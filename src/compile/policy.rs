@@ -96,6 +96,7 @@ impl Compiler<'_> {
             family,
             marks: self.marks,
             policy: &policy.name,
+            tier: &policy.tier,
             direction,
             log_actions: &self.config.log_actions,
             nflog_group: self.nflog_group(direction),

@@ -31,6 +31,8 @@ pub struct RuleContext<'a> {
     pub marks: MarkBits,
     /// The policy's name.
     pub policy: &'a str,
+    /// The policy's tier.
+    pub tier: &'a str,
     /// The direction of the rule list.
     pub direction: Direction,
     /// Which actions log to NFLOG.
@@ -480,6 +482,7 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         let mut rule = self.tag(Rule::new(main, action));
         rule.origin = Some(RuleOrigin {
             policy: self.context.policy.to_owned(),
+            tier: self.context.tier.to_owned(),
             direction: self.context.direction,
             rule_index: self.index,
             staged: self.context.staged,

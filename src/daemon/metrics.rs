@@ -304,6 +304,7 @@ mod tests {
             &metrics,
             &[RuleCounter {
                 policy: "p".into(),
+                tier: "default".into(),
                 direction: crate::model::Direction::Ingress,
                 rule: 1,
                 packets: 5,

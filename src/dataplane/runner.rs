@@ -33,7 +33,7 @@ pub trait Runner: Send + Sync {
     fn exists(&self, program: &str) -> bool;
 
     /// The nf_tables ruleset generation of the network namespace (see
-    /// [`crate::system::nfgen`]): it changes with every committed nftables or iptables-nft
+    /// [`super::nfgen`]): it changes with every committed nftables or iptables-nft
     /// transaction. `None` when it cannot be read; callers then read the rules themselves.
     fn nft_generation(&self) -> Option<u32> {
         None
@@ -123,7 +123,7 @@ impl Runner for SystemRunner {
     }
 
     fn nft_generation(&self) -> Option<u32> {
-        crate::system::nfgen::generation()
+        super::nfgen::generation()
             .inspect_err(|error| {
                 tracing::debug!(%error, "cannot read the nf_tables generation");
             })

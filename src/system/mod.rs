@@ -2,7 +2,6 @@
 //! files under `/run`, and the NFLOG socket (`nflog`). Programs that read or write the kernel's rules run in `dataplane`.
 
 pub mod host;
-pub mod nfgen;
 pub mod nflog;
 pub mod runtime;
 pub mod watcher;

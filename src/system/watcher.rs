@@ -38,7 +38,7 @@ pub fn spawn(state_dir: &Path, id: &str) -> Result<u32> {
 /// The watcher's command line after the program. An id is a base64url digest and may start
 /// with `-`: after `--` it is the id, not an option (an id read as an option left the watcher
 /// unable to start, and the apply without its rollback, once in 64 applies).
-fn arguments(state_dir: &Path, id: &str) -> [std::ffi::OsString; 5] {
+pub(crate) fn arguments(state_dir: &Path, id: &str) -> [std::ffi::OsString; 5] {
     [
         "--state-dir".into(),
         state_dir.into(),
@@ -59,27 +59,4 @@ pub fn stop(pid: u32) {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGTERM,
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::FromArgMatches as _;
-
-    #[test]
-    fn the_watcher_takes_any_id_even_one_that_looks_like_an_option() {
-        for id in ["-OLAHZGrfYSX", "--help", "_x-y", "abc"] {
-            let mut line = vec![std::ffi::OsString::from("nodeport-guard")];
-            line.extend(arguments(Path::new("/run/x"), id));
-            let matches = crate::cli::command()
-                .try_get_matches_from(line)
-                .unwrap_or_else(|e| panic!("id {id}: {e}"));
-            let cli = crate::cli::Cli::from_arg_matches(&matches).expect("parses");
-            match cli.command {
-                crate::cli::Command::RollbackWatch { id: parsed } => assert_eq!(parsed, id),
-                other => panic!("id {id}: parsed as {other:?}"),
-            }
-            assert_eq!(cli.global.state_dir, Path::new("/run/x"));
-        }
-    }
 }

@@ -3,15 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Labels, Origin};
+use crate::model::{DEFAULT_TIER, Labels, Origin};
 use crate::source::{FileId, Sources, Span};
-use crate::spec::{API_VERSION, Kind, Sp};
+use crate::spec::{API_VERSION, Kind, RawResource, RawSpec, Sp};
 
 use super::MAX_ANNOTATION_BYTES;
 use super::checker::{Checker, Problem};
 use super::values::{
-    LABEL_VALUE_RULE, QUALIFIED_NAME_RULE, label_key_problem, label_value_problem, name_problem,
-    qualified_name_reason, shown, subject_reason,
+    LABEL_VALUE_RULE, NameShape, QUALIFIED_NAME_RULE, label_key_problem, label_value_problem,
+    name_problem, qualified_name_reason, shown, subject_reason,
 };
 
 /// What every resource has once its metadata is valid.
@@ -22,11 +22,12 @@ pub(super) struct Identity {
 }
 
 /// Reports a second (or later) resource of the same kind and name, and says whether this one
-/// is such a duplicate.
+/// is such a duplicate. A policy `<name>` in the default tier is the one Calico stores as
+/// `default.<name>` (`names.TieredPolicyName`), so the two spellings are one name.
 pub(super) fn check_duplicate(
     checker: &mut Checker<'_>,
     sources: &Sources,
-    first_definitions: &mut HashMap<(Kind, String), (FileId, Span)>,
+    first_definitions: &mut HashMap<(Kind, String), (FileId, Span, String)>,
 ) -> bool {
     let Some(name) = checker.resource.name() else {
         return false;
@@ -35,22 +36,43 @@ pub(super) fn check_duplicate(
         return false;
     }
     let kind = checker.resource.kind.value;
-    let key = (kind, name.value.clone());
-    if let Some(&(file, span)) = first_definitions.get(&key) {
-        let source = sources.get(file);
+    let stored = match kind {
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
+            name.value.strip_prefix("default.").unwrap_or(&name.value)
+        }
+        _ => name.value.as_str(),
+    };
+    let key = (kind, stored.to_owned());
+    if let Some((file, span, first)) = first_definitions.get(&key) {
+        let source = sources.get(*file);
+        let message = if *first == name.value {
+            format!("another `{kind}` is already named `{}`", shown(&name.value))
+        } else {
+            format!(
+                "another `{kind}` is already named `{}`, which is the same policy: Calico stores a policy of the default tier as `default.{stored}`",
+                shown(first)
+            )
+        };
         checker.error_help(
             name.span,
-            format!("another `{kind}` is already named `{}`", shown(&name.value)),
+            message,
             format!(
                 "`{}` is also defined at {}:{}",
-                shown(&name.value),
+                shown(first),
                 source.path.display(),
                 source.line_column(span.start)
             ),
         );
         return true;
     }
-    first_definitions.insert(key, (checker.file, checker.resource.at(name.span)));
+    first_definitions.insert(
+        key,
+        (
+            checker.file,
+            checker.resource.at(name.span),
+            name.value.clone(),
+        ),
+    );
     false
 }
 
@@ -118,7 +140,7 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         );
         return None;
     };
-    if let Some(problem) = name_problem(&name.value, "name") {
+    if let Some(problem) = name_problem(&name.value, "name", name_shape(resource)) {
         checker.report(name.span, problem);
         return None;
     }
@@ -127,6 +149,21 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         labels,
         origin: checker.origin(name.span),
     })
+}
+
+/// What `resource`'s name must look like, for the name suggested in place of an invalid one.
+fn name_shape(resource: &RawResource) -> NameShape<'_> {
+    match resource.kind.value {
+        Kind::Tier => NameShape::Label,
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
+            let tier = match resource.spec.as_ref().map(|spec| &spec.value) {
+                Some(RawSpec::Policy(spec)) => spec.tier.as_ref().map(|tier| tier.value.as_str()),
+                _ => None,
+            };
+            NameShape::Policy(tier.unwrap_or(DEFAULT_TIER))
+        }
+        _ => NameShape::Subdomain,
+    }
 }
 
 /// Checks labels; returns the valid ones.

@@ -13,7 +13,7 @@ use super::DEFAULT_ALLOW_PROFILE;
 use super::checker::{Checker, Problem};
 use super::envelope::Identity;
 use super::values::{
-    describe_char, name_problem, parse_protocol, port_name_problem, port_number, shown,
+    NameShape, describe_char, name_problem, parse_protocol, port_name_problem, port_number, shown,
 };
 
 /// Longest Linux interface name.
@@ -34,7 +34,7 @@ pub(super) fn check_host_endpoint(
             );
             None
         }
-        Some(node) => match name_problem(&node.value, "node name") {
+        Some(node) => match name_problem(&node.value, "node name", NameShape::Subdomain) {
             Some(problem) => {
                 checker.report(node.span, problem);
                 None

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use crate::diagnostic::Diagnostic;
 use crate::model::{
-    DEFAULT_TIER, HostEndpoint, Model, NetworkSet, Origin, Policy, StagedDeletion, Tier,
+    BUILTIN_TIERS, HostEndpoint, Model, NetworkSet, Origin, Policy, StagedDeletion, Tier,
 };
 use crate::source::{FileId, Sources};
 use crate::spec::{
@@ -112,8 +112,11 @@ pub fn validate(
             None => {}
         }
     }
-    if !tiers.iter().any(|tier| tier.name == DEFAULT_TIER) {
-        tiers.push(Tier::implicit_default());
+    // Calico creates its built-in tiers in every cluster; a file may declare them too.
+    for (name, _, _) in BUILTIN_TIERS {
+        if !tiers.iter().any(|tier| tier.name == name) {
+            tiers.extend(Tier::builtin(name));
+        }
     }
     sort_tiers(&mut tiers);
     check_policy_tiers(&policies, &tiers, &mut diagnostics);
@@ -133,12 +136,11 @@ pub fn validate(
     (model, diagnostics)
 }
 
-/// Tiers in evaluation order: by `order` (none last), then by name.
+/// Tiers in evaluation order: by `order`, then by name (Felix's `TierLess`).
 fn sort_tiers(tiers: &mut [Tier]) {
-    let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
     tiers.sort_by(|a, b| {
-        order_key(a.order)
-            .partial_cmp(&order_key(b.order))
+        a.order
+            .partial_cmp(&b.order)
             .unwrap_or(Ordering::Equal)
             .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
     });

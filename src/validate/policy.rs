@@ -10,7 +10,7 @@ use super::checker::{Checker, Problem};
 use super::entity::check_selector;
 use super::envelope::Identity;
 use super::rules::check_rules;
-use super::values::shown;
+use super::values::{NameShape, shown, suggest_name};
 
 /// The only performance hint Calico knows.
 const PERFORMANCE_HINT: &str = "AssumeNeededOnEveryNode";
@@ -104,7 +104,7 @@ pub(super) fn check_policy(
 
 /// Calico's rules for a policy's name beyond a subdomain's: the shape, then the tier prefix.
 pub(super) fn check_policy_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
-    match policy_name_problem(name) {
+    match policy_name_problem(name, tier) {
         Some(problem) => {
             let span = checker
                 .resource
@@ -119,36 +119,52 @@ pub(super) fn check_policy_name(checker: &mut Checker<'_>, name: &str, tier: &st
 /// Calico's rule for GlobalNetworkPolicy names, beyond a subdomain's: at most one `.` (between
 /// a tier and a name, `<tier>.<name>`), and not `knp.default.…`, which names Kubernetes
 /// network policies ("disallow name with dot", "disallow k8s policy name" in Calico's tests).
-fn policy_name_problem(name: &str) -> Option<Problem> {
+/// The help's name is one Calico accepts in `tier`.
+fn policy_name_problem(name: &str, tier: &str) -> Option<Problem> {
+    let help = |better: Option<String>, otherwise: &str| {
+        better.map_or_else(
+            || otherwise.to_owned(),
+            |better| format!("write `{better}`"),
+        )
+    };
     if let Some(rest) = name.strip_prefix("knp.default.") {
         return Some(
             Problem::new(format!(
                 "the name `{name}` is reserved: `knp.default.` names Kubernetes network policies"
             ))
-            .help(if policy_name_problem(rest).is_none() && !rest.is_empty() {
-                format!("write `{rest}`")
-            } else {
-                "choose a name without the `knp.default.` prefix".to_owned()
-            }),
+            .help(help(
+                suggest_name(rest, NameShape::Policy(tier)),
+                "choose a name without the `knp.default.` prefix",
+            )),
         );
     }
     if name.matches('.').count() <= 1 {
         return None;
     }
-    // Dots become `-`: valid in every Calico version, with or without tiers.
-    let better = name.replace('.', "-");
     Some(
         Problem::new(format!(
             "the name `{name}` has more than one `.`: a GlobalNetworkPolicy name is one label, or a tier and a label (`<tier>.<name>`)"
         ))
-        .help(format!("write `{better}`")),
+        .help(help(
+            suggest_name(name, NameShape::Policy(tier)),
+            "write the name with one `.` at most",
+        )),
     )
 }
+
+/// The prefix of the policies Calico's OpenStack driver writes for security groups.
+const OPENSTACK_PREFIX: &str = "ossg.";
 
 /// Calico's rule for the names of tiered policies (v3.29–v3.31's
 /// `names.ValidateTieredPolicyName`): in the `default` tier a name has no dot or starts with
 /// `default.`; in any other tier it starts with `<tier>.`.
 fn check_tiered_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
+    // Names Calico's own integrations write are formatted already, in any tier
+    // (`names.policyNameIsFormatted`); of them only OpenStack's `ossg.<name>` is one a
+    // GlobalNetworkPolicy may have (the others have two dots).
+    if name.starts_with(OPENSTACK_PREFIX) {
+        return;
+    }
     let prefix = name.split_once('.').map(|(prefix, _)| prefix);
     let plain = name.split_once('.').map_or(name, |(_, rest)| rest);
     let fine = match prefix {
@@ -176,7 +192,8 @@ fn check_tiered_name(checker: &mut Checker<'_>, name: &str, tier: &str) {
     };
     let help = if tier == DEFAULT_TIER {
         format!(
-            "name it `{plain}` (or `default.{plain}`), or write `tier: {}`",
+            "name it `{plain}` (or `default.{plain}`); or, if it belongs in tier `{}` (declared by a `Tier`), write `tier: {}`",
+            prefix.unwrap_or(DEFAULT_TIER),
             prefix.unwrap_or(DEFAULT_TIER)
         )
     } else {

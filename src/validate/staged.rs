@@ -50,7 +50,8 @@ fn check_staged_action(
         return Some(StagedAction::Set);
     };
     match action.value.as_str() {
-        "Set" => Some(StagedAction::Set),
+        // Calico: "should accept an empty StagedAction value" (empty is the default, Set).
+        "Set" | "" => Some(StagedAction::Set),
         "Delete" => Some(StagedAction::Delete),
         other => {
             let help = match ["Set", "Delete"]

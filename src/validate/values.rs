@@ -248,22 +248,73 @@ pub const QUALIFIED_NAME_RULE: &str = "keys are an optional DNS-subdomain prefix
 /// What to write in a label value.
 pub const LABEL_VALUE_RULE: &str = "label values are empty or 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit";
 
-/// What is wrong with a resource or node name (`what` says which), if anything.
-///
-/// Calico v3.29–v3.31 allows at most one dot in a policy name, because a dot there separates a
-/// tier prefix; only the `default` tier exists here, so every name is simply an RFC 1123
-/// subdomain, as for other cluster-wide Kubernetes names.
-pub(super) fn name_problem(name: &str, what: &str) -> Option<Problem> {
+/// What a name must be beyond an RFC 1123 subdomain, so that the name suggested in place of an
+/// invalid one is itself valid.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum NameShape<'a> {
+    /// Any subdomain (network sets, host endpoints, node names).
+    Subdomain,
+    /// One DNS label of at most 63 characters: a `Tier` (Calico's `tierNameRegex`).
+    Label,
+    /// A (staged) GlobalNetworkPolicy in this tier: `<name>` or `default.<name>` in `default`,
+    /// `<tier>.<name>` in any other (`globalNetworkPolicyNameRegex`,
+    /// `names.ValidateTieredPolicyName`).
+    Policy(&'a str),
+}
+
+/// Calico's limit on a tier's name (`k8svalidation.DNS1123LabelMaxLength`).
+pub(super) const MAX_LABEL_BYTES: usize = 63;
+
+/// What is wrong with a resource or node name (`what` says which), if anything; the help
+/// suggests a name of `shape` when there is one close by.
+pub(super) fn name_problem(name: &str, what: &str, shape: NameShape<'_>) -> Option<Problem> {
     if name.is_empty() {
         return Some(Problem::new(format!("the {what} is empty")).help(NAME_RULE));
     }
     let reason = subdomain_reason(name)?;
     let problem = Problem::new(format!("the {what} `{}` {reason}", shown(name)));
-    let suggestion = suggest_subdomain(name);
-    Some(match suggestion {
+    Some(match suggest_name(name, shape) {
         Some(better) if better != name => problem.help(format!("write `{better}`")),
         _ => problem.help(NAME_RULE),
     })
+}
+
+/// A valid name of `shape` close to `name`, if there is one.
+pub(super) fn suggest_name(name: &str, shape: NameShape<'_>) -> Option<String> {
+    match shape {
+        NameShape::Subdomain => suggest_subdomain(name),
+        NameShape::Label => labelled(name).filter(|label| label.len() <= MAX_LABEL_BYTES),
+        NameShape::Policy(tier) => {
+            let better = if tier == crate::model::DEFAULT_TIER {
+                labelled(name.strip_prefix("default.").unwrap_or(name))?
+            } else {
+                // A tier that is no label has no valid policy name to offer.
+                if labelled(tier).as_deref() != Some(tier) {
+                    return None;
+                }
+                let rest = name
+                    .strip_prefix(tier)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .unwrap_or(name);
+                format!("{tier}.{}", labelled(rest)?)
+            };
+            (better.len() <= MAX_NAME_BYTES).then_some(better)
+        }
+    }
+}
+
+/// `text` as one DNS label (lowercase, `-` for every other character, no `-` at either end),
+/// of any length; `None` if nothing is left.
+fn labelled(text: &str) -> Option<String> {
+    let replaced: String = text
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9') => c,
+            _ => '-',
+        })
+        .collect();
+    let trimmed = replaced.trim_matches('-');
+    (!trimmed.is_empty()).then(|| trimmed.to_owned())
 }
 
 /// A valid name close to `name` (lowercase, `-` for characters names cannot hold), if there is

@@ -452,9 +452,13 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
         });
     }
 
-    // Tiers besides `default` in some cases: before it, after it, or without an order (last).
+    // Tiers besides `default` in some cases: before it, after it, or without an order (beside
+    // it, by name: `audit` before, the others after).
     if rng.chance(40) {
-        for name in ["security", "platform"].iter().take(1 + rng.below(2)) {
+        for name in ["security", "audit", "platform"]
+            .iter()
+            .take(1 + rng.below(3))
+        {
             scenario.tiers.push(Tier {
                 name: (*name).to_owned(),
                 order: *rng.pick(&[Some(50.0), Some(500.0), Some(2_000_000.0), None]),

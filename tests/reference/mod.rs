@@ -14,8 +14,9 @@
 //! 1. a failsafe inbound port (protocol and destination port) is allowed
 //!    before any policy;
 //! 2. the policies whose `selector` matches the endpoint's labels run tier by
-//!    tier (tiers by `order`, no order last, then name; `default` has order
-//!    1000000), and inside a tier in `order` (lower first, no order last),
+//!    tier (tiers by `order`, then name; `default` has order 1000000, and so
+//!    has a `Tier` without one, as Calico's client fills it in), and inside a
+//!    tier in `order` (lower first, no order last),
 //!    ties broken by name;
 //! 3. inside a policy the rules run in order: a matching `Log` logs
 //!    (`LPI<i>|<policy>`) and goes on; `Allow` allows, `Deny` drops, `Pass`
@@ -350,7 +351,7 @@ pub struct Policy {
 pub struct Tier {
     /// `metadata.name`.
     pub name: String,
-    /// `order`.
+    /// `order`, left out of the file when `None` (Calico then gives it 1000000).
     pub order: Option<f64>,
     /// `defaultAction: Pass` (else `Deny`); pre-DNAT tiers have no end-of-tier action either
     /// way.
@@ -528,20 +529,20 @@ pub fn ordered_policies(scenario: &Scenario) -> Vec<&Policy> {
         .iter()
         .filter(|p| p.selector.matches(&labels))
         .collect();
-    let mut tiers: Vec<(&str, Option<f64>)> = scenario
+    // A tier without `order` has the default tier's (`DefaultTierFields`).
+    let mut tiers: Vec<(&str, f64)> = scenario
         .tiers
         .iter()
-        .map(|tier| (tier.name.as_str(), tier.order))
-        .chain(std::iter::once((DEFAULT_TIER, Some(1_000_000.0))))
+        .map(|tier| (tier.name.as_str(), tier.order.unwrap_or(1_000_000.0)))
+        .chain(std::iter::once((DEFAULT_TIER, 1_000_000.0)))
         .collect();
-    let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
     tiers.sort_by(|a, b| {
-        order_key(a.1)
-            .partial_cmp(&order_key(b.1))
+        a.1.partial_cmp(&b.1)
             .unwrap_or(std::cmp::Ordering::Equal)
             .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
     });
     let rank = |p: &Policy| tiers.iter().position(|(name, _)| *name == p.tier);
+    let order_key = |order: Option<f64>| order.unwrap_or(f64::INFINITY);
     policies.sort_by(|a, b| {
         rank(a)
             .cmp(&rank(b))

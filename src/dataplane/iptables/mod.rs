@@ -607,12 +607,14 @@ mod tests {
             },
             chains: vec![
                 ChainChange {
+                    policy: None,
                     name: "npg-a".into(),
                     action: ChainAction::Replace,
                     before: vec![],
                     after: vec![rule("-A npg-a -m comment --comment \"npg:1\" -j RETURN")],
                 },
                 ChainChange {
+                    policy: None,
                     name: "npg-old".into(),
                     action: ChainAction::Delete,
                     before: vec![],

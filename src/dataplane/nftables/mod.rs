@@ -80,7 +80,7 @@ impl Backend for Nftables {
     /// plan names, or the whole tables of the families it touched when it was read whole.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
         if written_objects(written).is_some() {
-            return crate::plan::plan(&desired.named_by(written), &after.named_by(written));
+            return crate::plan::plan(&written.part_of(desired), &written.part_of(after));
         }
         let families = written.families();
         crate::plan::plan(

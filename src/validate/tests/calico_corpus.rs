@@ -15,8 +15,18 @@
 //!
 //! Out of scope: workloads, namespaced policy, BGP, IP pools, Felix and kube-controllers
 //! configuration, HTTP matches, services, service accounts, `namespaceSelector`; and the one
-//! upstream port holding a name and numbers at once, which YAML cannot express. The table has
-//! no Tier entries.
+//! upstream port holding a name and numbers at once, which YAML cannot express.
+//!
+//! Tiers: the `Tier` entries of the same table as of v3.30.7 (the seed's version, line numbers
+//! of that file), the one newer entry that concerns a tier name v3.30 has too, and the cases of
+//! `libcalico-go/lib/names/policy_test.go` ("Backend Tiered policy name", "Tiered policy
+//! name") that decide which policy names `names.ValidateTieredPolicyName` lets into a tier,
+//! which calicoctl checks on every create. Calico's client refuses a policy whose tier does not
+//! exist, so a case whose policy is in a tier other than a built-in one comes with that
+//! `Tier`. The entries for Kubernetes' `knp.`, `kanp.` and `kbanp.` names are out of scope
+//! (they are Kubernetes policies, and a GlobalNetworkPolicy cannot have two dots), as are the
+//! newer table's `kube-admin` and `kube-baseline` tiers (v3.32 renamed the admin network
+//! policy tiers; in v3.30 those are names like any other).
 //!
 //! Where we knowingly differ from Calico, the case is in [`KNOWN_DISAGREEMENTS`] with the
 //! reason, and a test checks that it still differs.
@@ -759,6 +769,301 @@ const NETWORK_SETS: &[(&str, &str, &str, Calico)] = &[
     ),
 ];
 
+/// `Tier` entries: (upstream name and where, the tier's name, its `spec` as a flow mapping,
+/// Calico's answer).
+const TIERS: &[(&str, &str, &str, Calico)] = &[
+    // validator_test.go:2550-2614 (v3.30.7).
+    ("Tier: valid name", "foo", "{order: 100}", Valid),
+    ("Tier: valid name with dash", "fo-o", "{order: 100}", Valid),
+    (
+        "Tier: disallow dot in name",
+        "fo.o",
+        "{order: 100}",
+        Invalid,
+    ),
+    (
+        "Tier: disallow other chars",
+        "t~!s.h.i.ng",
+        "{order: 100}",
+        Invalid,
+    ),
+    (
+        "Tier: disallow default tier with an invalid order",
+        "default",
+        "{order: 10}",
+        Invalid,
+    ),
+    (
+        "Tier: allow default tier with the predefined order",
+        "default",
+        "{order: 1000000}",
+        Valid,
+    ),
+    (
+        "Tier: disallow adminnetworkpolicy tier with an invalid order",
+        "adminnetworkpolicy",
+        "{order: 10}",
+        Invalid,
+    ),
+    (
+        "Tier: allow adminnetworkpolicy tier with the predefined order",
+        "adminnetworkpolicy",
+        "{order: 1000}",
+        Valid,
+    ),
+    (
+        "Tier: disallow baselineadminnetworkpolicy tier with an invalid order",
+        "baselineadminnetworkpolicy",
+        "{order: 10}",
+        Invalid,
+    ),
+    (
+        "Tier: allow baselineadminnetworkpolicy tier with the predefined order",
+        "baselineadminnetworkpolicy",
+        "{order: 10000000}",
+        Valid,
+    ),
+    (
+        "Tier: allow a tier with a valid order",
+        "platform",
+        "{order: 100}",
+        Valid,
+    ),
+    // Calico's client fills in a missing order (the default tier's) and default action (Deny)
+    // before it validates (`resources.DefaultTierFields`), so a spec without either is valid,
+    // and a built-in tier without its order is not.
+    (
+        "should accept an empty Tier spec (master validator_test.go:4405)",
+        "valid-tier",
+        "{}",
+        Valid,
+    ),
+    (
+        "DefaultTierFields then validateTier: adminnetworkpolicy without an order is 1e6",
+        "adminnetworkpolicy",
+        "{}",
+        Invalid,
+    ),
+    (
+        "DefaultTierFields then validateTier: default without an order is 1e6",
+        "default",
+        "{}",
+        Valid,
+    ),
+    // The CRD's enum (`+kubebuilder:validation:Enum=Pass;Deny`, and `validate:"oneof=Deny
+    // Pass"` on `TierSpec.DefaultAction`).
+    (
+        "TierSpec.DefaultAction oneof=Deny Pass: Pass",
+        "t",
+        "{defaultAction: Pass}",
+        Valid,
+    ),
+    (
+        "TierSpec.DefaultAction oneof=Deny Pass: Deny",
+        "t",
+        "{defaultAction: Deny}",
+        Valid,
+    ),
+    (
+        "TierSpec.DefaultAction oneof=Deny Pass: Allow",
+        "t",
+        "{defaultAction: Allow}",
+        Invalid,
+    ),
+    // Newer than v3.30 (v3.32, a CEL rule on `Tier`; master validator_test.go:3146). v3.30 has
+    // no such check: see KNOWN_DISAGREEMENTS.
+    (
+        "Tier: disallow default tier with an invalid default action",
+        "default",
+        "{order: 1000000, defaultAction: Pass}",
+        Invalid,
+    ),
+];
+
+/// `StagedGlobalNetworkPolicy` entries (validator_test.go:2466-2545, v3.30.7): (upstream name,
+/// the policy's name, its spec as a flow mapping, Calico's answer). A spec in tier `eng`
+/// comes with that `Tier`.
+const STAGED: &[(&str, &str, &str, Calico)] = &[
+    (
+        "disallow name with invalid character",
+        "t~!s.h.i.ng",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "disallow name with mixed case characters",
+        "tHiNg",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "allow valid name",
+        "thing",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Valid,
+    ),
+    (
+        "disallow k8s policy name",
+        "knp.default.thing",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "disallow name with dot",
+        "t.h.i.ng",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "should accept a valid StagedAction value 'Set'",
+        "thing",
+        "{stagedAction: Set, selector: 'foo == \"bar\"'}",
+        Valid,
+    ),
+    (
+        "should accept an unset StagedAction",
+        "thing",
+        "{selector: 'foo == \"bar\"'}",
+        Valid,
+    ),
+    (
+        "should accept a valid StagedAction value 'Delete'",
+        "eng.thing",
+        "{stagedAction: Delete, tier: eng}",
+        Valid,
+    ),
+    (
+        "should reject a valid StagedAction value 'Delete' if any other Spec field is set",
+        "thing",
+        "{stagedAction: Delete, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "should reject a StagedAction value 'Warning'",
+        "thing",
+        "{stagedAction: Warning, selector: 'foo == \"bar\"'}",
+        Invalid,
+    ),
+    (
+        "should accept an empty StagedAction value",
+        "thing",
+        "{stagedAction: '', selector: 'foo == \"bar\"'}",
+        Valid,
+    ),
+    (
+        "should accept an empty selector value when StagedAction is Delete",
+        "thing",
+        "{stagedAction: Delete}",
+        Valid,
+    ),
+];
+
+/// Which policy names a tier lets in (`names.ValidateTieredPolicyName`, called by calicoctl's
+/// client on create; its cases in `libcalico-go/lib/names/policy_test.go`, v3.30.7): (upstream
+/// name, the GlobalNetworkPolicy's name, its `spec.tier` or `None`, Calico's answer). Every
+/// case declares the tiers `footier` and `baztier`.
+const TIERED_NAMES: &[(&str, &str, Option<&str>, Calico)] = &[
+    (
+        "Backend Tiered policy name: Empty tier spec with correctly formatted name",
+        "footier.bazpolicy",
+        None,
+        Invalid,
+    ),
+    (
+        "Backend Tiered policy name: Tier spec present with incorrectly formatted name",
+        "bazpolicy",
+        Some("footier"),
+        Invalid,
+    ),
+    (
+        "Backend Tiered policy name: Correcty formatted tiered policy name but not matching tier spec",
+        "footier.bazpolicy",
+        Some("baztier"),
+        Invalid,
+    ),
+    (
+        "Backend Tiered policy name: Network Policy and empty tier",
+        "foobar",
+        None,
+        Valid,
+    ),
+    (
+        "Backend Tiered policy name: Matching tier spec and correctly formatted tiered policy name",
+        "footier.bazpolicy",
+        Some("footier"),
+        Valid,
+    ),
+    (
+        "Tiered policy name: Policy in default tier with prefix",
+        "default.bazpolicy",
+        None,
+        Valid,
+    ),
+    (
+        "Tiered policy name: Policy in default tier with prefix (tier written)",
+        "default.bazpolicy",
+        Some("default"),
+        Valid,
+    ),
+    // A tier Calico creates in every cluster needs no `Tier` (clientv3 `EnsureInitialized`).
+    (
+        "EnsureInitialized: a policy in the built-in adminnetworkpolicy tier",
+        "adminnetworkpolicy.bazpolicy",
+        Some("adminnetworkpolicy"),
+        Valid,
+    ),
+    // The client checks that the tier exists before anything else (clientv3
+    // globalnetworkpolicy.go `Create`).
+    (
+        "globalNetworkPolicies.Create: the tier does not exist",
+        "nosuchtier.bazpolicy",
+        Some("nosuchtier"),
+        Invalid,
+    ),
+    // `names.policyNameIsFormatted`: OpenStack's `ossg.` names skip the prefix rule.
+    (
+        "ValidateTieredPolicyName: an OpenStack-derived name in the default tier",
+        "ossg.bazpolicy",
+        None,
+        Valid,
+    ),
+];
+
+/// A `Tier` named `name` whose spec is the flow mapping `spec`.
+fn tier(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: {name}\nspec: {spec}\n"
+    )
+}
+
+/// A `StagedGlobalNetworkPolicy` named `name` whose spec is the flow mapping `spec`, with the
+/// `Tier` `eng` when the spec puts it there.
+fn staged(name: &str, spec: &str) -> String {
+    let policy = format!(
+        "apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec: {spec}\n"
+    );
+    if spec.contains("tier: eng") {
+        format!("{}---\n{policy}", tier("eng", "{order: 100}"))
+    } else {
+        policy
+    }
+}
+
+/// The GlobalNetworkPolicy `name` in `tier` (none: `spec.tier` left out), after the tiers
+/// `footier` and `baztier`.
+fn tiered(name: &str, in_tier: Option<&str>) -> String {
+    let spec = in_tier.map_or_else(
+        || "{selector: all()}".to_owned(),
+        |in_tier| format!("{{tier: {in_tier}, selector: all()}}"),
+    );
+    format!(
+        "{}---\n{}---\n{}",
+        tier("footier", "{order: 100}"),
+        tier("baztier", "{order: 200}"),
+        gnp(name, &spec)
+    )
+}
+
 /// An upstream entry on which we knowingly give the other answer than Calico's.
 struct Disagreement {
     upstream: &'static str,
@@ -768,6 +1073,19 @@ struct Disagreement {
 }
 
 const KNOWN_DISAGREEMENTS: &[Disagreement] = &[
+    Disagreement {
+        upstream: "validateTier (validator.go:1642, v3.30.7) checks no defaultAction: `default` may pass",
+        yaml: "apiVersion: projectcalico.org/v3
+kind: Tier
+metadata:
+  name: default
+spec:
+  order: 1000000
+  defaultAction: Pass
+",
+        calico: Valid,
+        reason: "Calico v3.32 refuses it (\"Tier: disallow default tier with an invalid default action\", in TIERS) and v3.30 creates `default` with Deny; we give the newer answer, so a file we accept is one every Calico accepts",
+    },
     Disagreement {
         upstream: "should accept host endpoint with prefixed profile name",
         yaml: "apiVersion: projectcalico.org/v3
@@ -893,8 +1211,48 @@ fn corpus() -> Vec<Case> {
     let network_sets = NETWORK_SETS
         .iter()
         .map(|&(upstream, metadata, spec, calico)| case(upstream, gns(metadata, spec), calico));
+    let tiers = TIERS
+        .iter()
+        .map(|&(upstream, name, spec, calico)| case(upstream, tier(name, spec), calico));
+    let staged_policies = STAGED
+        .iter()
+        .map(|&(upstream, name, spec, calico)| case(upstream, staged(name, spec), calico));
+    let tiered_names = TIERED_NAMES
+        .iter()
+        .map(|&(upstream, name, in_tier, calico)| case(upstream, tiered(name, in_tier), calico));
+    let long_tier_names = [
+        (
+            "Tier: allow valid name of 63 chars",
+            tier(&"x".repeat(63), "{order: 100}"),
+            Valid,
+        ),
+        (
+            "Tier: disallow a name of 64 chars",
+            tier(&"x".repeat(64), "{order: 100}"),
+            Invalid,
+        ),
+    ]
+    .into_iter()
+    .map(|(upstream, yaml, calico)| case(upstream, yaml, calico));
+    // `names.TieredPolicyName` stores `bazpolicy` as `default.bazpolicy` ("Tiered policy name:
+    // Policy in default tier", "… with prefix"), so the second is the first again: Calico's
+    // create says it already exists.
+    let same_name = case(
+        "Tiered policy name: Policy in default tier, and with prefix: one stored name",
+        format!(
+            "{}---\n{}",
+            gnp("bazpolicy", "{}"),
+            gnp("default.bazpolicy", "{}")
+        ),
+        Invalid,
+    );
     rules
         .chain(policies)
+        .chain(tiers)
+        .chain(staged_policies)
+        .chain(tiered_names)
+        .chain(long_tier_names)
+        .chain(std::iter::once(same_name))
         .chain(host_endpoints)
         .chain(network_sets)
         .chain(generated_cases())

@@ -39,8 +39,38 @@ fn a_policy_runs_in_a_declared_tier_and_is_named_after_it() {
     );
     assert_eq!(
         outcome.help("starts with tier"),
-        "name it `q` (or `default.q`), or write `tier: security`"
+        "name it `q` (or `default.q`); or, if it belongs in tier `security` (declared by a `Tier`), write `tier: security`"
     );
+    // With more than one dot, the name offered fits the policy's tier.
+    let outcome = expect(
+        &named(
+            "security.a.b",
+            "  tier: security
+",
+        ),
+        &["11:9: error: the name `security.a.b` has more than one `.`"],
+    );
+    assert_eq!(outcome.help("more than one"), "write `security.a-b`");
+    // OpenStack's security groups are named `ossg.<name>` in any tier, as Calico's client
+    // has it (`names.policyNameIsFormatted`).
+    expect(&named("ossg.web", ""), &[]);
+    expect(&named("ossg.web", "  tier: security\n"), &[]);
+    // A policy may be in a tier Calico creates in every cluster without declaring it.
+    let outcome = expect(
+        &policy_named("adminnetworkpolicy.p", "  tier: adminnetworkpolicy\n"),
+        &[],
+    );
+    assert_eq!(
+        outcome.policy("adminnetworkpolicy.p").tier,
+        "adminnetworkpolicy"
+    );
+}
+
+/// A policy named `name` whose spec is `spec` (lines) and `selector: all()`.
+fn policy_named(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n{spec}  selector: all()\n"
+    )
 }
 
 #[test]
@@ -59,8 +89,13 @@ fn tiers_have_an_order_and_a_default_action() {
         .collect();
     assert_eq!(
         names,
-        ["t", "default"],
-        "by order: 10 before the default tier's 1000000"
+        [
+            "t",
+            "adminnetworkpolicy",
+            "default",
+            "baselineadminnetworkpolicy"
+        ],
+        "by order: 10, then Calico's built-in tiers (1000, 1000000, 10000000)"
     );
     assert_eq!(
         outcome.model.tiers()[0].default_action,
@@ -86,6 +121,53 @@ fn tiers_have_an_order_and_a_default_action() {
         ],
     );
     expect(&tier("default", "  order: 1000000\n"), &[]);
+    // Calico gives a tier without `order` the default tier's (`DefaultTierFields`): it runs
+    // beside `default`, by name.
+    let both = format!(
+        "{}---\n{}",
+        tier("alpha", "  defaultAction: Deny\n"),
+        tier("zulu", "  defaultAction: Deny\n")
+    );
+    let outcome = expect(&both, &[]);
+    let names: Vec<&str> = outcome
+        .model
+        .tiers()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "adminnetworkpolicy",
+            "alpha",
+            "default",
+            "zulu",
+            "baselineadminnetworkpolicy"
+        ]
+    );
+    // The admin network policy tiers keep their orders too, and pass by default.
+    expect(
+        &tier("adminnetworkpolicy", "  order: 10\n"),
+        &["6:10: error: the `adminnetworkpolicy` tier's order is 1000, as in Calico"],
+    );
+    expect(
+        &tier("baselineadminnetworkpolicy", "  order: 10\n"),
+        &["6:10: error: the `baselineadminnetworkpolicy` tier's order is 10000000, as in Calico"],
+    );
+    let outcome = expect(&tier("adminnetworkpolicy", "  order: 1000\n"), &[]);
+    assert!(outcome.model.tiers()[0].origin.is_some());
+    // A tier's name fits in a label, and the name offered instead is one.
+    let outcome = expect(
+        &tier(&"x".repeat(64), "  order: 5\n"),
+        &["4:9: error: the tier name `xxxx"],
+    );
+    assert!(outcome.help("tier name").contains("at most 63"));
+    let outcome = expect(
+        &tier("t~!s.h.i.ng", "  order: 5\n"),
+        &["4:9: error: the name `t~!s.h.i.ng` contains"],
+    );
+    assert_eq!(outcome.help("contains"), "write `t--s-h-i-ng`");
+    expect(&tier("t--s-h-i-ng", "  order: 5\n"), &[]);
 }
 
 #[test]
@@ -414,4 +496,78 @@ fn policy_names_follow_calicos_rule() {
         "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: a.b.c\n",
         &[],
     );
+}
+
+/// Every name a help offers in place of an invalid policy or tier name is valid where it is
+/// offered (the policy's tier, or a tier), as Calico checks it.
+#[test]
+fn names_offered_in_place_of_invalid_ones_are_valid() {
+    let security = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: security\nspec:\n  order: 100\n---\n";
+    let offered = |text: &str| -> Option<String> {
+        let outcome = run_one(text);
+        let help = outcome.diagnostics.iter().find_map(|d| d.help.clone())?;
+        let rest = help.strip_prefix("write `")?;
+        Some(rest[..rest.find('`')?].to_owned())
+    };
+    let bad = [
+        "t~!s.h.i.ng",
+        "T.H.I.NG",
+        "Foo_Bar",
+        "knp.default.x.y",
+        "knp.default.thing",
+        "security.a.b",
+        "a.b.c",
+        "-x.y.z-",
+    ];
+    for tier_line in ["", "  tier: security\n"] {
+        for name in bad {
+            let text = format!(
+                "{security}apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: \"{name}\"\nspec:\n{tier_line}  selector: all()\n"
+            );
+            let better = offered(&text)
+                .unwrap_or_else(|| panic!("no name offered for {name:?} ({tier_line:?})"));
+            let fixed = text.replace(&format!("\"{name}\""), &format!("\"{better}\""));
+            let outcome = run_one(&fixed);
+            assert!(
+                outcome.headlines().is_empty(),
+                "{name:?} in {tier_line:?}: the offered {better:?} is refused: {:?}",
+                outcome.headlines()
+            );
+        }
+    }
+    for name in ["t~!s.h.i.ng", "Fo.O", "a_b", "x.y"] {
+        let text = format!(
+            "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: \"{name}\"\nspec:\n  order: 5\n"
+        );
+        let better = offered(&text).unwrap_or_else(|| panic!("no tier name offered for {name:?}"));
+        let outcome = run_one(&text.replace(name, &better));
+        assert!(
+            outcome.headlines().is_empty(),
+            "tier {name:?}: the offered {better:?} is refused: {:?}",
+            outcome.headlines()
+        );
+    }
+}
+
+/// `foo` and `default.foo` are one policy to Calico (it stores the first as the second), so
+/// the second is a duplicate, and the message says why.
+#[test]
+fn a_default_tier_policy_and_its_prefixed_name_are_one_policy() {
+    let text = format!(
+        "{}---\n{}",
+        policy_named("foo", ""),
+        policy_named("default.foo", "")
+    );
+    let outcome = expect(
+        &text,
+        &[
+            "11:9: error: another `GlobalNetworkPolicy` is already named `foo`, which is the same policy: Calico stores a policy of the default tier as `default.foo`",
+        ],
+    );
+    assert_eq!(
+        outcome.help("already named"),
+        "`foo` is also defined at p.yaml:4:9"
+    );
+    // In another tier the prefix is the tier's, and the names differ.
+    expect(&policy_named("default-foo", ""), &[]);
 }
