@@ -171,14 +171,11 @@ pub fn reconcile_cached(
     if let (Some(from), Some(now)) = (valid_from, dataplane.runner.nft_generation())
         && now == from.wrapping_add(commits)
     {
-        let state = if outcome.plan.is_empty() {
-            std::sync::Arc::new(outcome.before.clone())
-        } else {
-            std::sync::Arc::clone(desired)
-        };
+        // Written and verified, or found to need nothing: either way the kernel holds what the
+        // planner compares of `desired`, so the view shares it rather than keeping a copy.
         *cache = Some(Cached {
             generation: now,
-            state,
+            state: std::sync::Arc::clone(desired),
         });
     }
     Ok((outcome, read))
