@@ -1322,7 +1322,7 @@ fn metrics_are_valid_and_move(backend: Backend) {
     let drift = "nodeport_guard_drift_repairs_total";
     let rule = |kind: &str, index: usize| {
         format!(
-            "nodeport_guard_rule_{kind}_total{{policy=\"guard-nodeport\",direction=\"ingress\",rule=\"{index}\"}}"
+            "nodeport_guard_rule_{kind}_total{{policy=\"guard-nodeport\",direction=\"ingress\",rule=\"{index}\",tier=\"default\"}}"
         )
     };
     let before = scrape(&lab);

@@ -153,10 +153,11 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
     );
     let labels = |counter: &RuleCounter| {
         format!(
-            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\"{}}}",
+            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\",tier=\"{}\"{}}}",
             counter.policy,
             counter.direction,
             counter.rule,
+            counter.tier,
             if counter.staged {
                 ",staged=\"true\""
             } else {
@@ -318,7 +319,7 @@ mod tests {
         assert!(text.contains("nodeport_guard_policies 2\n"));
         assert!(text.contains("nodeport_guard_apply_duration_seconds_sum 0.000000\n"));
         assert!(text.contains(
-            "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\"} 5\n"
+            "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\",tier=\"default\"} 5\n"
         ));
         assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 0\n"));
         // Every sample line is `name{labels} value` or `name value`.
