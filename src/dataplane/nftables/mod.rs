@@ -145,50 +145,20 @@ fn observe_written(dataplane: &Dataplane<'_>, plan: &Plan) -> Result<State, Data
     let Some(objects) = written_objects(plan) else {
         return observe_families(dataplane, &plan.families().into_iter().collect::<Vec<_>>());
     };
-    let runner = dataplane.runner;
-    let list = |(kind, family, name): &Object| {
-        let mut args: Vec<String> = LIST_FLAGS.iter().map(|flag| (*flag).to_owned()).collect();
-        args.extend([
-            "list".to_owned(),
-            (*kind).to_owned(),
-            family_name(*family).to_owned(),
-            TABLE.to_owned(),
-            name.clone(),
-        ]);
-        args
-    };
-    let listings = std::thread::scope(|scope| {
-        let listings: Vec<_> = objects
-            .iter()
-            .map(|object| {
-                let args = list(object);
-                scope.spawn(move || {
-                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                    runner.run("nft", &args, None)
-                })
-            })
-            .collect();
-        listings.into_iter().map(joined).collect::<Vec<_>>()
-    });
-    let mut state = State::default();
-    for (object, output) in objects.iter().zip(listings) {
-        let output = output.map_err(|source| DataplaneError::Spawn {
-            program: "nft".to_owned(),
-            source,
-        })?;
-        if !output.success {
-            // Gone (deleted by the plan, or with its table).
-            if output.stderr.contains("No such file or directory") {
-                continue;
-            }
-            let args = list(object);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            run_checked(dataplane.runner, "nft", &args, None)?;
-            continue;
-        }
-        parse::parse_listing(&output.stdout, object.1, &mut state);
-    }
-    Ok(state)
+    let listings = objects
+        .into_iter()
+        .map(|(kind, family, name)| {
+            (
+                family,
+                [kind, family_name(family), TABLE]
+                    .map(str::to_owned)
+                    .into_iter()
+                    .chain([name])
+                    .collect(),
+            )
+        })
+        .collect();
+    list_all(dataplane, listings)
 }
 
 /// The listing [`parse_listing`] reads: rule handles (`-a`), numeric priorities (`-y`), set
@@ -200,27 +170,48 @@ fn observe_families(
     dataplane: &Dataplane<'_>,
     families: &[IpFamily],
 ) -> Result<State, DataplaneError> {
+    let listings = families
+        .iter()
+        .map(|&family| {
+            let what = ["table", family_name(family), TABLE].map(str::to_owned);
+            (family, what.to_vec())
+        })
+        .collect();
+    list_all(dataplane, listings)
+}
+
+/// Runs `nft -y -a list WHAT…` for every listing at the same time and parses the answers in
+/// order, each as its family's. A listing of something that does not exist (a table not
+/// created yet, a chain the plan deleted) reads as nothing; any other failure is an error
+/// with its command and stderr.
+fn list_all(
+    dataplane: &Dataplane<'_>,
+    listings: Vec<(IpFamily, Vec<String>)>,
+) -> Result<State, DataplaneError> {
     let runner = dataplane.runner;
-    let list = |family: IpFamily| {
-        let mut args = LIST_FLAGS.to_vec();
-        args.extend(["list", "table", family_name(family), TABLE]);
-        args
-    };
-    let listings = std::thread::scope(|scope| {
-        let listings: Vec<_> = families
+    let args = |what: &[String]| -> Vec<String> {
+        LIST_FLAGS
             .iter()
-            .map(|&family| {
-                let args = list(family);
-                (family, scope.spawn(move || runner.run("nft", &args, None)))
+            .map(|flag| (*flag).to_owned())
+            .chain(std::iter::once("list".to_owned()))
+            .chain(what.iter().cloned())
+            .collect()
+    };
+    let outputs = std::thread::scope(|scope| {
+        let running: Vec<_> = listings
+            .iter()
+            .map(|(_, what)| {
+                let args = args(what);
+                scope.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    runner.run("nft", &args, None)
+                })
             })
             .collect();
-        listings
-            .into_iter()
-            .map(|(family, listing)| (family, joined(listing)))
-            .collect::<Vec<_>>()
+        running.into_iter().map(joined).collect::<Vec<_>>()
     });
     let mut state = State::default();
-    for (family, output) in listings {
+    for ((family, what), output) in listings.iter().zip(outputs) {
         let output = output.map_err(|source| DataplaneError::Spawn {
             program: "nft".to_owned(),
             source,
@@ -230,10 +221,12 @@ fn observe_families(
                 continue;
             }
             // Surface the failure with its command and stderr.
-            run_checked(dataplane.runner, "nft", &list(family), None)?;
+            let args = args(what);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_checked(dataplane.runner, "nft", &args, None)?;
             continue;
         }
-        parse::parse_listing(&output.stdout, family, &mut state);
+        parse::parse_listing(&output.stdout, *family, &mut state);
     }
     Ok(state)
 }
