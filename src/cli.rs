@@ -332,7 +332,7 @@ pub fn command() -> clap::Command {
         "Global options ({}): see `nodeport-guard --help`.",
         names.join(", ")
     );
-    with_hidden_globals(command, &globals, &note, true)
+    with_hidden_globals(command, &globals, &note)
 }
 
 /// How an option is written on the command line: `--config`, `-v/--verbose`.
@@ -352,27 +352,22 @@ fn with_hidden_globals(
     mut command: clap::Command,
     globals: &[clap::Arg],
     note: &str,
-    top: bool,
 ) -> clap::Command {
-    if !top {
-        for arg in globals {
-            command = command.arg(arg.clone().hide(true));
-        }
-        command = match command.get_after_help() {
-            Some(after) => {
-                let after = format!("{after}\n\n{note}");
-                command.after_help(after)
-            }
-            None => command.after_help(note.to_owned()),
-        };
-    }
     let names: Vec<String> = command
         .get_subcommands()
         .map(|sub| sub.get_name().to_owned())
         .collect();
     for name in names {
-        command =
-            command.mut_subcommand(name, |sub| with_hidden_globals(sub, globals, note, false));
+        command = command.mut_subcommand(name, |mut sub| {
+            for arg in globals {
+                sub = sub.arg(arg.clone().hide(true));
+            }
+            let after = match sub.get_after_help() {
+                Some(after) => format!("{after}\n\n{note}"),
+                None => note.to_owned(),
+            };
+            with_hidden_globals(sub.after_help(after), globals, note)
+        });
     }
     command
 }

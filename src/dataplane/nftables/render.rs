@@ -185,7 +185,7 @@ fn net_text(net: &ipnet::IpNet) -> String {
 
 /// What a rule's protocol match becomes: nft folds `meta l4proto tcp` into the ports or ICMP
 /// matches after it (`tcp dport 22`, `icmp type echo-request`) and prints it only otherwise.
-fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<(u8, &'static str)> {
+fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<&'static str> {
     let number = matches.iter().find_map(|matched| match matched {
         Match::Protocol {
             number,
@@ -211,19 +211,18 @@ fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<(u8, &'static 
     if !matches.iter().any(folds_into) {
         return None;
     }
-    let word = match number {
-        1 => "icmp",
-        58 => "icmpv6",
-        other => ported_protocol(other)?,
-    };
-    Some((number, word))
+    match number {
+        1 => Some("icmp"),
+        58 => Some("icmpv6"),
+        other => ported_protocol(other),
+    }
 }
 
 /// The transport header a port is read from: named after the folded protocol (`tcp dport`),
 /// else the generic `th`.
-fn ported_header(protocol: Option<(u8, &'static str)>) -> &'static str {
+fn ported_header(protocol: Option<&'static str>) -> &'static str {
     match protocol {
-        Some((_, word)) if !matches!(word, "icmp" | "icmpv6") => word,
+        Some(word) if !matches!(word, "icmp" | "icmpv6") => word,
         _ => "th",
     }
 }
@@ -234,7 +233,7 @@ fn render_match(
     out: &mut String,
     matched: &Match,
     family: IpFamily,
-    protocol: Option<(u8, &'static str)>,
+    protocol: Option<&'static str>,
 ) {
     match matched {
         Match::Protocol { number, negated } => {
