@@ -50,6 +50,47 @@ fn main() {
         desiring.elapsed(),
         desired.tables.len()
     );
+    let mut memo = nodeport_guard::compile::Memo::default();
+    let config = nodeport_guard::config::Config::default();
+    let host = nodeport_guard::facts::HostFacts::minimal("n");
+    let mut render_memo = nodeport_guard::state::RenderMemo::default();
+    for round in 0..std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(3)
+    {
+        let started = std::time::Instant::now();
+        let again = nodeport_guard::compile::compile_with(&model, &config, &host, &mut memo);
+        let compiled_in = started.elapsed();
+        let started = std::time::Instant::now();
+        nodeport_guard::state::desired_with(
+            &again.ruleset,
+            &nodeport_guard::dataplane::iptables::SPELLING,
+            &mut render_memo,
+        );
+        eprintln!(
+            "incremental round {round}: compile {compiled_in:?} ({:?}), render {:?} ({:?})",
+            memo.last_compile(),
+            started.elapsed(),
+            render_memo.last_render()
+        );
+    }
+    let fingerprinting = std::time::Instant::now();
+    let fingerprinter = nodeport_guard::digest::Fingerprinter::default();
+    let mut chains = 0;
+    let mut folded = 0u128;
+    for family in &compiled.ruleset.families {
+        for table in &family.tables {
+            for chain in &table.chains {
+                chains += 1;
+                folded ^= fingerprinter.of(&chain.rules);
+            }
+        }
+    }
+    eprintln!(
+        "fingerprints of {chains} chains {:?} ({folded:x})",
+        fingerprinting.elapsed()
+    );
     breakdown(&compiled);
 }
 

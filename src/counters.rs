@@ -84,7 +84,7 @@ pub fn origin_index(
 ) -> AppliedIndex {
     let mut origins = Vec::new();
     for (family, table, chain) in ruleset.chains() {
-        for rule in &chain.rules {
+        for rule in chain.rules.iter() {
             if let Some(origin) = &rule.origin {
                 origins.push(OriginEntry {
                     family,

@@ -134,7 +134,7 @@ impl TableRuleset {
 }
 
 /// One jump from a kernel chain into ours, kept at position 1.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Hook {
     /// The kernel's chain: `PREROUTING`, `INPUT`, `FORWARD` or `OUTPUT`.
     pub kernel_chain: String,
@@ -143,16 +143,17 @@ pub struct Hook {
 }
 
 /// One of our chains.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Chain {
     /// Its name, starting with [`CHAIN_PREFIX`].
     pub name: String,
-    /// Its rules in order.
-    pub rules: Vec<Rule>,
+    /// Its rules in order: shared, so that an unchanged chain passes from one compile to the
+    /// next (and to the render memo) without a copy.
+    pub rules: std::sync::Arc<[Rule]>,
 }
 
 /// One rule: all matches must hold, then the action runs.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     /// Conditions, in rendering order.
     pub matches: Vec<Match>,
@@ -266,7 +267,7 @@ pub enum SetLookup {
 }
 
 /// A condition on a packet.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Match {
     /// IP protocol number (`-p`).
     Protocol {
@@ -334,7 +335,7 @@ pub enum Match {
 }
 
 /// What a rule does.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     /// Leave this chain (our chains never ACCEPT: an allowed packet goes back to the kernel
     /// chain, where other tools' rules still apply).
@@ -422,7 +423,7 @@ impl fmt::Display for SetMember {
 }
 
 /// One of our sets.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IpSet {
     /// Name, starting with [`SET_PREFIX`].
     pub name: String,
@@ -431,7 +432,7 @@ pub struct IpSet {
     /// Type.
     pub kind: SetKind,
     /// Members, sorted and without duplicates.
-    pub members: Vec<SetMember>,
+    pub members: std::sync::Arc<[SetMember]>,
     /// What the set is for, in words (kept in plans, not in the kernel).
     pub purpose: String,
 }

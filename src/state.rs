@@ -7,7 +7,8 @@
 //! all, except foreign rules found inside our own chains (they have no hash), which a plan
 //! then removes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -262,6 +263,8 @@ pub fn rule_hash(table: Table, chain: &str, body: &str) -> String {
 
 /// How a backend spells what it writes: rules, hooks, set types and members.
 pub struct Spelling {
+    /// Which spelling this is (a backend's name): what [`RenderMemo`] keeps apart.
+    pub name: &'static str,
     /// A rule of one of our chains.
     pub rule: fn(Table, &str, &Rule, IpFamily) -> RenderedRule,
     /// The jump from a kernel chain into ours.
@@ -282,7 +285,69 @@ fn line(rendered: RenderedRule) -> RuleLine {
 
 /// The state a backend writes for a ruleset, spelled its way.
 pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
+    let rendered = render(ruleset, spelling, None);
+    std::sync::Arc::unwrap_or_clone(rendered.state)
+}
+
+/// [`desired`], rendering again only the chains and sets whose content changed since the
+/// last render with `memo` (the rest are copied from that render's state), and leaving this
+/// render in `memo` for the next. The result is the one [`desired`] gives.
+pub fn desired_with(ruleset: &Ruleset, spelling: &Spelling, memo: &mut RenderMemo) -> Arc<State> {
+    let last = memo
+        .last
+        .take()
+        .filter(|last| last.spelling == spelling.name);
+    let rendered = render(ruleset, spelling, Some(last.as_ref()));
+    let state = Arc::clone(&rendered.state);
+    memo.last = Some(rendered);
+    state
+}
+
+/// The last state [`desired_with`] rendered, with the rules and members it was rendered
+/// from. They are shared with the ruleset (and the compile memo), not copies: a chain whose
+/// rules are the very ones rendered last is known unchanged without comparing them.
+#[derive(Debug, Default)]
+pub struct RenderMemo {
+    last: Option<Rendered>,
+}
+
+impl RenderMemo {
+    /// How many chains the last render copied from the one before, and how many it rendered.
+    pub fn last_render(&self) -> (usize, usize) {
+        self.last
+            .as_ref()
+            .map_or((0, 0), |last| (last.chains_copied, last.chains_rendered))
+    }
+}
+
+#[derive(Debug)]
+struct Rendered {
+    spelling: &'static str,
+    state: Arc<State>,
+    /// Per table, per chain: the rules it was rendered from.
+    chains: BTreeMap<TableKey, RulesOf>,
+    /// Per set: the members it was rendered from.
+    sets: HashMap<String, Arc<[SetMember]>>,
+    /// How many chains it copied from the render before, and how many it rendered.
+    chains_copied: usize,
+    chains_rendered: usize,
+}
+
+/// Per chain, the rules it was rendered from.
+type RulesOf = HashMap<String, Arc<[Rule]>>;
+
+/// The same content: the same allocation, or equal (a chain compiled again the same).
+fn same<T: PartialEq>(last: Option<&Arc<[T]>>, now: &Arc<[T]>) -> bool {
+    last.is_some_and(|last| Arc::ptr_eq(last, now) || **last == **now)
+}
+
+/// Renders `ruleset`. With `memo` (`Some`, holding the last render, if any), also keeps what
+/// it rendered from, and copies from the last render what is unchanged there.
+fn render(ruleset: &Ruleset, spelling: &Spelling, memo: Option<Option<&Rendered>>) -> Rendered {
+    let remember = memo.is_some();
+    let last = memo.flatten();
     let mut state = State::default();
+    let mut chains = BTreeMap::new();
     // Each table's lines are rendered and hashed on a thread of its own (the bulk of the work
     // for a large policy set), then gathered in order.
     let pieces: Vec<_> = ruleset
@@ -296,51 +361,115 @@ pub fn desired(ruleset: &Ruleset, spelling: &Spelling) -> State {
         })
         .collect();
     let tables = crate::parallel::map(pieces, |(family, table)| {
-        table_state(family, table, spelling)
+        let key = TableKey {
+            family,
+            table: table.table,
+        };
+        let last =
+            last.and_then(|last| Some((last.state.tables.get(&key)?, last.chains.get(&key)?)));
+        table_state(key, table, spelling, remember, last)
     });
-    state.tables.extend(tables);
+    let (mut chains_copied, mut chains_rendered) = (0, 0);
+    for table in tables {
+        state.tables.insert(table.key, table.state);
+        if remember {
+            chains.insert(table.key, table.rules);
+        }
+        chains_copied += table.copied;
+        chains_rendered += table.rendered;
+    }
+    let mut sets = HashMap::new();
     for family in &ruleset.families {
         for set in &family.sets {
-            state.sets.insert(
-                set.name.clone(),
-                SetState {
+            let unchanged = last
+                .filter(|last| same(last.sets.get(&set.name), &set.members))
+                .and_then(|last| last.state.sets.get(&set.name))
+                .filter(|last| {
+                    last.family == set.family
+                        && last.kind == (spelling.set_kind)(set.kind, set.family)
+                });
+            let set_state = match unchanged {
+                Some(set_state) => set_state.clone(),
+                None => SetState {
                     family: set.family,
                     kind: (spelling.set_kind)(set.kind, set.family),
                     members: set.members.iter().map(spelling.member).collect(),
                 },
-            );
+            };
+            state.sets.insert(set.name.clone(), set_state);
+            if remember {
+                sets.insert(set.name.clone(), Arc::clone(&set.members));
+            }
         }
     }
-    state
+    Rendered {
+        spelling: spelling.name,
+        state: Arc::new(state),
+        chains,
+        sets,
+        chains_copied,
+        chains_rendered,
+    }
 }
 
-/// One table's chains and hooks as lines.
+/// One table's chains and hooks as lines; a chain whose rules are those in `last` keeps the
+/// lines it had there.
 fn table_state(
-    family: crate::model::IpFamily,
+    key: TableKey,
     table: &crate::ruleset::TableRuleset,
     spelling: &Spelling,
-) -> (TableKey, TableState) {
+    remember: bool,
+    last: Option<(&TableState, &RulesOf)>,
+) -> TableRender {
     let mut table_state = TableState::default();
+    let mut rules_of = HashMap::new();
+    let (mut copied, mut rendered) = (0, 0);
     for chain in &table.chains {
-        let rules = chain
-            .rules
-            .iter()
-            .map(|rule| line((spelling.rule)(table.table, &chain.name, rule, family)))
-            .collect();
-        table_state.chains.insert(chain.name.clone(), rules);
+        let unchanged = last
+            .filter(|(_, rules)| same(rules.get(&chain.name), &chain.rules))
+            .and_then(|(state, _)| state.chains.get(&chain.name));
+        let lines = match unchanged {
+            Some(lines) => {
+                copied += 1;
+                lines.clone()
+            }
+            None => {
+                rendered += 1;
+                chain
+                    .rules
+                    .iter()
+                    .map(|rule| line((spelling.rule)(table.table, &chain.name, rule, key.family)))
+                    .collect()
+            }
+        };
+        table_state.chains.insert(chain.name.clone(), lines);
+        if remember {
+            rules_of.insert(chain.name.clone(), Arc::clone(&chain.rules));
+        }
     }
     for hook in &table.hooks {
-        let rule = line((spelling.hook)(table.table, hook, family));
+        let rule = line((spelling.hook)(table.table, hook, key.family));
         table_state.hooks.insert(
             hook.kernel_chain.clone(),
             vec![HookRule { position: 1, rule }],
         );
     }
-    let key = TableKey {
-        family,
-        table: table.table,
-    };
-    (key, table_state)
+    TableRender {
+        key,
+        state: table_state,
+        rules: rules_of,
+        copied,
+        rendered,
+    }
+}
+
+/// One table rendered.
+struct TableRender {
+    key: TableKey,
+    state: TableState,
+    rules: RulesOf,
+    copied: usize,
+    rendered: usize,
 }
 
 #[cfg(test)]

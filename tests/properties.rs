@@ -227,7 +227,7 @@ fn check_kernel_acceptable(ruleset: &Ruleset) -> Result<(), String> {
                 if chain.name.len() > MAX_CHAIN_NAME || !chain.name.starts_with("npg-") {
                     return Err(format!("bad chain name {}", chain.name));
                 }
-                for rule in &chain.rules {
+                for rule in chain.rules.iter() {
                     if let Action::Jump(target) | Action::Goto(target) = &rule.action
                         && !chains.contains(target.as_str())
                     {

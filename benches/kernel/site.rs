@@ -17,6 +17,8 @@ impl Site {
     pub(crate) fn new(backend: Bk, config_extra: &str) -> Site {
         let dir = tempfile::Builder::new()
             .prefix("npg-kernel-bench-")
+            // NPG_BENCH_KEEP=1 keeps the directories (configs, logs) for a look afterwards.
+            .disable_cleanup(std::env::var_os("NPG_BENCH_KEEP").is_some())
             .tempdir()
             .expect("temporary directory");
         let site = Site { dir, backend };

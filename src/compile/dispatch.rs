@@ -57,7 +57,7 @@ impl Compiler<'_> {
         }
         builder.add(Chain {
             name: path.dispatch_chain().to_owned(),
-            rules: dispatch,
+            rules: dispatch.into(),
         });
     }
 
@@ -230,7 +230,7 @@ impl Compiler<'_> {
         }
         builder.add(Chain {
             name: name.clone(),
-            rules,
+            rules: rules.into(),
         });
         builder.hooks.push(Hook {
             kernel_chain: kernel_chain.to_owned(),

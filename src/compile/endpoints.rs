@@ -79,7 +79,7 @@ impl Compiler<'_> {
         }
         Chain {
             name: name.to_owned(),
-            rules,
+            rules: rules.into(),
         }
     }
 
@@ -181,7 +181,7 @@ impl Compiler<'_> {
         }
         builder.add(Chain {
             name: name.to_owned(),
-            rules,
+            rules: rules.into(),
         });
         name.to_owned()
     }

@@ -31,6 +31,7 @@
 pub mod binding;
 mod dispatch;
 mod endpoints;
+mod memo;
 pub mod names;
 mod policy;
 pub mod rules;
@@ -49,6 +50,7 @@ use binding::{Binding, Path, bind, default_deny_warnings, policy_warnings};
 use sets::SetRegistry;
 
 pub use binding::{HOSTNAME_LABEL, endpoints_of_host};
+pub use memo::{Memo, Reuse};
 pub use policy::POLICIES_PER_CHAIN;
 
 /// The result of compiling.
@@ -94,6 +96,8 @@ struct Compiler<'a> {
     config: &'a Config,
     host: &'a HostFacts,
     marks: MarkBits,
+    /// The policy chains of the last compile, when compiling incrementally.
+    memo: Option<&'a memo::Lent>,
 }
 
 /// Compiles the model for this host.
@@ -101,12 +105,32 @@ struct Compiler<'a> {
 /// `config.mark_mask` must have five bits (the config loader refuses other masks); a config
 /// built in code with fewer falls back to the default mask's bits.
 pub fn compile(model: &Model, config: &Config, host: &HostFacts) -> Compiled {
+    compile_lent(model, config, host, None)
+}
+
+/// [`compile`], taking from `memo` the chains of every policy unchanged since the last compile
+/// with it, and leaving there this compile's chains for the next. The result is the one
+/// [`compile`] gives.
+pub fn compile_with(model: &Model, config: &Config, host: &HostFacts, memo: &mut Memo) -> Compiled {
+    let lent = memo.lend(model, config, marks_of(config));
+    let compiled = compile_lent(model, config, host, Some(&lent));
+    memo.restore(lent);
+    compiled
+}
+
+fn compile_lent(
+    model: &Model,
+    config: &Config,
+    host: &HostFacts,
+    memo: Option<&memo::Lent>,
+) -> Compiled {
     let marks = marks_of(config);
     let compiler = Compiler {
         model,
         config,
         host,
         marks,
+        memo,
     };
     let mut warnings = Vec::new();
     let endpoints = endpoints_of_host(model, config, host);

@@ -48,7 +48,7 @@ impl Compiler<'_> {
             let name = names::batch_chain(&format!("{}|{}", path.table(), content.join(",")));
             builder.add(Chain {
                 name: name.clone(),
-                rules: batch.to_vec(),
+                rules: batch.into(),
             });
             section.extend(self.gated_jump(name, false));
         }
@@ -92,6 +92,20 @@ impl Compiler<'_> {
         if builder.has(&name) {
             return name;
         }
+        if let Some(entry) = self
+            .memo
+            .and_then(|memo| memo.get(family, &name, policy, staged))
+        {
+            sets.replay(&entry.events);
+            builder.add(Chain {
+                name: name.clone(),
+                rules: std::sync::Arc::clone(&entry.rules),
+            });
+            return name;
+        }
+        if self.memo.is_some() {
+            sets.record();
+        }
         let context = RuleContext {
             family,
             marks: self.marks,
@@ -115,6 +129,11 @@ impl Compiler<'_> {
             .is_some_and(|rule| rule.action == Action::Return)
         {
             rules.pop();
+        }
+        let rules: std::sync::Arc<[Rule]> = rules.into();
+        if let Some(memo) = self.memo {
+            let rules = std::sync::Arc::clone(&rules);
+            memo.put(family, &name, policy, staged, rules, sets.recorded());
         }
         builder.add(Chain {
             name: name.clone(),

@@ -20,6 +20,20 @@ pub struct SetRegistry<'m> {
     pub empty_selectors: Vec<String>,
     /// Named ports no endpoint defines, for warnings.
     pub unknown_named_ports: Vec<String>,
+    /// While a policy chain compiles for the memo: everything registered, in order, each
+    /// whole (so that registering it again has the same effect whatever came before).
+    recording: Option<Vec<SetEvent>>,
+}
+
+/// One registration, as [`SetRegistry::record`] keeps it.
+#[derive(Clone, Debug)]
+pub(super) enum SetEvent {
+    /// A set was used.
+    Set(IpSet),
+    /// A selector matched nothing (canonical text).
+    EmptySelector(String),
+    /// A named port is defined by no endpoint.
+    UnknownNamedPort(String),
 }
 
 impl<'m> SetRegistry<'m> {
@@ -31,7 +45,58 @@ impl<'m> SetRegistry<'m> {
             sets: BTreeMap::new(),
             empty_selectors: Vec::new(),
             unknown_named_ports: Vec::new(),
+            recording: None,
         }
+    }
+
+    /// Starts keeping every registration, until [`SetRegistry::recorded`].
+    pub(super) fn record(&mut self) {
+        self.recording = Some(Vec::new());
+    }
+
+    /// The registrations since [`SetRegistry::record`], and stops keeping them.
+    pub(super) fn recorded(&mut self) -> Vec<SetEvent> {
+        self.recording.take().unwrap_or_default()
+    }
+
+    /// Registers again what a compile recorded, in the same order: the registry ends up as
+    /// if the rules had been compiled here.
+    pub(super) fn replay(&mut self, events: &[SetEvent]) {
+        for event in events {
+            match event {
+                SetEvent::Set(set) => {
+                    if !self.sets.contains_key(&set.name) {
+                        self.sets.insert(set.name.clone(), set.clone());
+                    }
+                }
+                SetEvent::EmptySelector(selector) => self.note_empty_selector(selector),
+                SetEvent::UnknownNamedPort(port) => self.note_unknown_named_port(port),
+            }
+        }
+    }
+
+    fn note_empty_selector(&mut self, canonical: &str) {
+        if let Some(recording) = &mut self.recording {
+            recording.push(SetEvent::EmptySelector(canonical.to_owned()));
+        }
+        if !self.empty_selectors.iter().any(|s| s == canonical) {
+            self.empty_selectors.push(canonical.to_owned());
+        }
+    }
+
+    fn note_unknown_named_port(&mut self, port: &str) {
+        if let Some(recording) = &mut self.recording {
+            recording.push(SetEvent::UnknownNamedPort(port.to_owned()));
+        }
+        if !self.unknown_named_ports.iter().any(|p| p == port) {
+            self.unknown_named_ports.push(port.to_owned());
+        }
+    }
+
+    /// Whether the set `name` is registered and need not be built again: never while
+    /// recording, where every registration is kept whole.
+    fn known(&self, name: &str) -> bool {
+        self.recording.is_none() && self.sets.contains_key(name)
     }
 
     /// The family.
@@ -46,13 +111,17 @@ impl<'m> SetRegistry<'m> {
         members: Vec<SetMember>,
         purpose: &str,
     ) -> String {
-        self.sets.entry(name.clone()).or_insert_with(|| IpSet {
+        let set = IpSet {
             name: name.clone(),
             family: self.family,
             kind,
-            members,
+            members: members.into(),
             purpose: purpose.to_owned(),
-        });
+        };
+        if let Some(recording) = &mut self.recording {
+            recording.push(SetEvent::Set(set.clone()));
+        }
+        self.sets.entry(name.clone()).or_insert(set);
         name
     }
 
@@ -68,7 +137,7 @@ impl<'m> SetRegistry<'m> {
     pub fn selector(&mut self, selector: &Selector) -> String {
         let canonical = selector.to_string();
         let name = names::set_name(self.family, "s", &format!("s:{canonical}"));
-        if self.sets.contains_key(&name) {
+        if self.known(&name) {
             return name;
         }
         let family = self.family;
@@ -99,8 +168,8 @@ impl<'m> SetRegistry<'m> {
                 .host_endpoints()
                 .iter()
                 .any(|endpoint| selector.matches(&endpoint.labels));
-        if !anything_selected && !self.empty_selectors.contains(&canonical) {
-            self.empty_selectors.push(canonical.clone());
+        if !anything_selected {
+            self.note_empty_selector(&canonical);
         }
         let members = net_members(&nets);
         self.insert(
@@ -128,7 +197,7 @@ impl<'m> SetRegistry<'m> {
             "p",
             &format!("p:{selector_text}|{protocol_text}|{port_name}"),
         );
-        if self.sets.contains_key(&name) {
+        if self.known(&name) {
             return name;
         }
         let family = self.family;
@@ -153,8 +222,8 @@ impl<'m> SetRegistry<'m> {
                 );
             }
         }
-        if !defined && !self.unknown_named_ports.iter().any(|p| p == port_name) {
-            self.unknown_named_ports.push(port_name.to_owned());
+        if !defined {
+            self.note_unknown_named_port(port_name);
         }
         members.sort();
         members.dedup();

@@ -129,7 +129,7 @@ fn batched(
         let name = names::batch_chain(&format!("staged|{}|{}", path.table(), content.join(",")));
         builder.add(Chain {
             name: name.clone(),
-            rules: batch.to_vec(),
+            rules: batch.into(),
         });
         section.push(Rule::new(undecided(), Action::Jump(name)));
     }

@@ -206,7 +206,7 @@ fn staged_rules_never_drop_accept_or_skip_conntrack() {
         if !chain.name.starts_with("npg-sp") {
             continue;
         }
-        for rule in &chain.rules {
+        for rule in chain.rules.iter() {
             staged_rules += 1;
             assert!(
                 !matches!(rule.action, Action::Drop | Action::NoTrack),
@@ -222,7 +222,7 @@ fn staged_rules_never_drop_accept_or_skip_conntrack() {
     // With no enforced policy nothing is dropped at all, not even what conntrack finds
     // invalid, and no table returns early for an accept bit a staged pass set and cleared.
     for (_, _, chain) in compiled.ruleset.chains() {
-        for rule in &chain.rules {
+        for rule in chain.rules.iter() {
             assert_ne!(rule.action, Action::Drop, "{}: {rule:?}", chain.name);
             assert_ne!(
                 rule.comment.as_deref(),
@@ -409,7 +409,7 @@ fn many_staged_policies_are_batched_and_stay_gated() {
         batches.iter().map(|b| b.rules.len()).sum::<usize>(),
         POLICIES_PER_CHAIN + 5
     );
-    for rule in batches.iter().flat_map(|b| &b.rules) {
+    for rule in batches.iter().flat_map(|b| b.rules.iter()) {
         assert!(matches!(&rule.action, Action::Jump(t) if t.starts_with("npg-spi-")));
         assert_eq!(rule.matches.len(), 1, "gated: {rule:?}");
     }

@@ -72,6 +72,10 @@ struct Daemon {
     cache: Option<reconcile::Cached>,
     /// The policy files parsed at the last read: a reload parses only what changed.
     parse_cache: crate::load::ParseCache,
+    /// The policy chains last compiled: a reload compiles only the policies that changed.
+    compile_memo: compile::Memo,
+    /// The state last rendered: a reload renders only the chains and sets that changed.
+    render_memo: crate::state::RenderMemo,
     last_errors: Vec<String>,
     summary: String,
     /// Whether the last reload was refused because the set was empty (so the refusal is said
@@ -247,6 +251,8 @@ impl Daemon {
             last_good: None,
             cache: None,
             parse_cache: Default::default(),
+            compile_memo: Default::default(),
+            render_memo: Default::default(),
             last_errors: Vec::new(),
             summary: "starting".to_owned(),
             refusing_empty: false,
@@ -285,6 +291,7 @@ impl Daemon {
         }
         let set = self.read_policies();
         let facts = host_facts(&self.settings.config);
+        let read_at = Instant::now();
         if !set.is_valid() {
             self.invalid(&set, event, &facts);
             return;
@@ -325,8 +332,17 @@ impl Daemon {
             }
             return;
         }
-        let compiled = compile::compile(&set.model, &self.settings.config, &facts);
-        let desired = Arc::new(self.backend.desired(&compiled.ruleset));
+        let compiled = compile::compile_with(
+            &set.model,
+            &self.settings.config,
+            &facts,
+            &mut self.compile_memo,
+        );
+        let compiled_at = Instant::now();
+        let desired = self
+            .backend
+            .desired_with(&compiled.ruleset, &mut self.render_memo);
+        let desired_at = Instant::now();
         if matches!(event, Event::Resync | Event::Reload) {
             // The resync timer and SIGHUP read the whole kernel, whatever the generation says.
             self.cache = None;
@@ -335,33 +351,23 @@ impl Daemon {
         let mut cache = self.cache.take();
         let result = reconcile::reconcile_cached(&self.dataplane(families), &desired, &mut cache);
         self.cache = cache;
+        let written_at = Instant::now();
         match result {
             Ok((outcome, read)) => {
-                tracing::debug!(?read, "kernel state for the plan");
+                tracing::debug!(
+                    ?read,
+                    read_and_validate_ms = ms(read_at - started),
+                    compile_ms = ms(compiled_at - read_at),
+                    render_ms = ms(desired_at - compiled_at),
+                    dataplane_ms = ms(written_at - desired_at),
+                    policy_chains_reused = self.compile_memo.last_compile().reused,
+                    policy_chains_compiled = self.compile_memo.last_compile().compiled,
+                    chains_rendered = self.render_memo.last_render().1,
+                    "kernel state for the plan; the reload's phases"
+                );
                 let summary = outcome.summary();
                 let changed = !outcome.plan.is_empty();
-                if let Ok(mut metrics) = self.metrics.lock() {
-                    metrics.reloads_ok += u64::from(event != Event::Resync || changed);
-                    if event == Event::Resync && changed && self.last_good.is_some() {
-                        metrics.drift_repairs += 1;
-                    }
-                    if changed {
-                        metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
-                        metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
-                        metrics.apply_count += 1;
-                    }
-                    if changed || metrics.last_apply_timestamp == 0 {
-                        metrics.last_apply_timestamp = now_seconds();
-                    }
-                    metrics.policies = set.model.policies().len();
-                    metrics.rules = desired
-                        .tables
-                        .values()
-                        .flat_map(|t| t.chains.values())
-                        .map(Vec::len)
-                        .sum();
-                    metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
-                }
+                self.count_applied(event, &outcome, set.model.policies().len(), &desired);
                 if event == Event::Resync && changed && self.last_good.is_some() {
                     tracing::warn!(
                         changes = %summary.line(),
@@ -408,6 +414,10 @@ impl Daemon {
                         &self.settings.config,
                     ));
                 }
+                tracing::debug!(
+                    record_ms = ms(written_at.elapsed()),
+                    "recorded the applied state"
+                );
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
                     facts,
@@ -425,6 +435,39 @@ impl Daemon {
             }
         }
         self.write_status();
+    }
+
+    /// The metrics of a reload that applied (or found nothing to change).
+    fn count_applied(
+        &self,
+        event: Event,
+        outcome: &reconcile::Outcome,
+        policies: usize,
+        desired: &State,
+    ) {
+        let changed = !outcome.plan.is_empty();
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.reloads_ok += u64::from(event != Event::Resync || changed);
+            if event == Event::Resync && changed && self.last_good.is_some() {
+                metrics.drift_repairs += 1;
+            }
+            if changed {
+                metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
+                metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
+                metrics.apply_count += 1;
+            }
+            if changed || metrics.last_apply_timestamp == 0 {
+                metrics.last_apply_timestamp = now_seconds();
+            }
+            metrics.policies = policies;
+            metrics.rules = desired
+                .tables
+                .values()
+                .flat_map(|t| t.chains.values())
+                .map(Vec::len)
+                .sum();
+            metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
+        }
     }
 
     /// Keeps the rules in place instead of applying an empty set, saying why once.
@@ -604,6 +647,11 @@ impl Daemon {
         let written = self.state_dir.set_daemon_status(&status);
         self.state_dir_result(written);
     }
+}
+
+/// A duration in milliseconds with a fraction, for the log.
+fn ms(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 fn applied_summary(policies: usize, backend: &'static dyn Backend, changed_now: bool) -> String {

@@ -44,8 +44,23 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// The whole ruleset in this backend's load syntax, as `render` prints it.
     fn render(&self, ruleset: &Ruleset) -> String;
 
+    /// How this backend spells rules and sets as it reads them back.
+    fn spelling(&self) -> &'static crate::state::Spelling;
+
     /// The state this backend writes for a ruleset, in the spelling it reads back.
-    fn desired(&self, ruleset: &Ruleset) -> State;
+    fn desired(&self, ruleset: &Ruleset) -> State {
+        crate::state::desired(ruleset, self.spelling())
+    }
+
+    /// [`Backend::desired`], rendering again only what changed since the last render with
+    /// `memo` (the daemon's reloads).
+    fn desired_with(
+        &self,
+        ruleset: &Ruleset,
+        memo: &mut crate::state::RenderMemo,
+    ) -> std::sync::Arc<State> {
+        crate::state::desired_with(ruleset, self.spelling(), memo)
+    }
 
     /// The identity hash this backend gives a rule of one of our chains.
     fn rule_hash(&self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String;

@@ -41,7 +41,7 @@ pub fn render_sets(sets: &[IpSet]) -> String {
     let mut out = String::new();
     for set in sets {
         let _ = writeln!(out, "{}", create_line(set, &set.name));
-        for member in &set.members {
+        for member in set.members.iter() {
             let _ = writeln!(out, "{}", add_line(&set.name, member));
         }
     }

@@ -60,6 +60,7 @@ impl Iptables {
 /// How the iptables backends spell what they write: rules as `-A` lines, hooks as our jump at
 /// position 1, members as `ipset save` prints them.
 pub const SPELLING: Spelling = Spelling {
+    name: "iptables",
     rule: render::render_rule,
     hook: |table, hook, _| render::render_hook(table, hook),
     set_kind: |kind, _| kind.ipset_type().to_owned(),
@@ -79,8 +80,8 @@ impl Backend for Iptables {
         render::render_all(ruleset)
     }
 
-    fn desired(&self, ruleset: &Ruleset) -> State {
-        crate::state::desired(ruleset, &SPELLING)
+    fn spelling(&self) -> &'static crate::state::Spelling {
+        &SPELLING
     }
 
     fn rule_hash(&self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String {

@@ -26,6 +26,7 @@ pub static NFTABLES: Nftables = Nftables;
 /// How native nftables spells what it writes: rules as `add rule` commands, hooks as base
 /// chains, members in nft's spelling.
 pub const SPELLING: Spelling = Spelling {
+    name: "nftables",
     rule: render::render_rule,
     hook: render::render_hook,
     set_kind: render::set_kind,
@@ -45,8 +46,8 @@ impl Backend for Nftables {
         render::render_script(ruleset)
     }
 
-    fn desired(&self, ruleset: &Ruleset) -> State {
-        crate::state::desired(ruleset, &SPELLING)
+    fn spelling(&self) -> &'static crate::state::Spelling {
+        &SPELLING
     }
 
     fn rule_hash(&self, table: Table, chain: &str, rule: &Rule, family: IpFamily) -> String {

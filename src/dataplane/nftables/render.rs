@@ -546,7 +546,7 @@ pub fn render_script(ruleset: &Ruleset) -> String {
         }
         for table in &family.tables {
             for chain in &table.chains {
-                for rule in &chain.rules {
+                for rule in chain.rules.iter() {
                     let _ = writeln!(
                         out,
                         "{}",
