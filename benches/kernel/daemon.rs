@@ -120,6 +120,17 @@ pub(crate) fn reload_scenario(opts: &Opts, report: &mut Report) {
         site.write_policy("reload.yaml", &reload_policy(first));
         let daemon = Daemon::start(&site, lab.node());
         wait_for_guard(&lab, first, second);
+        // Two reloads untimed (there and back): the first after the start also waits for the
+        // start's own bookkeeping (recording 17,000 rules' origins), which no later reload does.
+        for allowed in [second, first] {
+            let temporary = site.policies().join(".reload.yaml.tmp");
+            std::fs::write(&temporary, reload_policy(allowed)).expect("write");
+            std::fs::rename(&temporary, site.policies().join("reload.yaml")).expect("rename");
+            wait_for("the warm-up reload", Duration::from_secs(30), || {
+                passes(&lab, allowed, Duration::from_millis(5))
+            });
+            std::thread::sleep(Duration::from_millis(300));
+        }
         let mut latencies = Vec::new();
         for index in 0..reloads {
             let allowed = if index % 2 == 0 { second } else { first };
@@ -143,7 +154,10 @@ pub(crate) fn reload_scenario(opts: &Opts, report: &mut Report) {
             // Let the daemon settle (its verify may still run) before the next change.
             std::thread::sleep(Duration::from_millis(300));
         }
-        println!();
+        let mut sorted: Vec<u128> = latencies.iter().map(Duration::as_millis).collect();
+        sorted.sort_unstable();
+        let in_order: Vec<u128> = latencies.iter().map(Duration::as_millis).collect();
+        println!(" ms, in order: {in_order:?}; sorted: {sorted:?}");
         let rss = status_kib(daemon.pid(), "VmRSS:");
         report.add(
             "reload",
@@ -159,8 +173,8 @@ pub(crate) fn reload_scenario(opts: &Opts, report: &mut Report) {
             backend.arg(),
             &format!("rename → effective, p99 ({reloads} reloads)"),
             ms(percentile(&latencies, 0.99)),
-            "300 ms".to_owned(),
-            Some(percentile(&latencies, 0.99).as_secs_f64() / 0.3),
+            "250 ms".to_owned(),
+            Some(percentile(&latencies, 0.99).as_secs_f64() / 0.25),
             Target::AtMost(1.0),
         );
         report.add(
@@ -168,8 +182,8 @@ pub(crate) fn reload_scenario(opts: &Opts, report: &mut Report) {
             backend.arg(),
             "daemon resident memory after the reloads",
             format!("{:.1} MiB", rss as f64 / 1024.0),
-            "20 MiB".to_owned(),
-            Some(rss as f64 / 1024.0 / 20.0),
+            "16 MiB".to_owned(),
+            Some(rss as f64 / 1024.0 / 16.0),
             Target::AtMost(1.0),
         );
         drop(daemon);
@@ -239,8 +253,8 @@ pub(crate) fn idle_scenario(opts: &Opts, report: &mut Report) {
                 rss as f64 / 1024.0,
                 hwm as f64 / 1024.0
             ),
-            "20 MiB".to_owned(),
-            Some(rss as f64 / 1024.0 / 20.0),
+            "16 MiB".to_owned(),
+            Some(rss as f64 / 1024.0 / 16.0),
             Target::AtMost(1.0),
         );
         report.add(

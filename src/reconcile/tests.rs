@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::dataplane::fake::FakeKernel;
+use crate::dataplane::fake::{FakeKernel, Invocation};
 use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, plan};
@@ -648,5 +648,86 @@ fn a_failed_write_empties_the_cache() {
             projection(&second),
             "{backend}"
         );
+    }
+}
+
+/// The policy example with its first whitelisted address changed: one chain differs.
+fn one_chain_changed() -> Ruleset {
+    let example =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies/nodeport-whitelist.yaml");
+    let text = std::fs::read_to_string(&example).expect("the example");
+    assert!(text.contains("198.51.100.10/32"));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("changed.yaml");
+    std::fs::write(
+        &file,
+        text.replacen("198.51.100.10/32", "198.51.100.11/32", 1),
+    )
+    .expect("write");
+    ruleset(&file)
+}
+
+#[test]
+fn a_small_write_is_verified_by_listing_only_its_chains() {
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        reconcile(&dataplane, &backend.desired(&policy("nodeport-whitelist"))).expect("apply");
+        let desired = backend.desired(&one_chain_changed());
+        setup.fake.clear_commands();
+        let outcome = reconcile(&dataplane, &desired).expect("the change");
+        let changed: Vec<&str> = outcome
+            .plan
+            .tables
+            .iter()
+            .flat_map(|table| table.chains.iter().map(|chain| chain.name.as_str()))
+            .collect();
+        assert!(
+            !changed.is_empty() && changed.len() <= 2,
+            "{backend}: {changed:?}"
+        );
+        let commands = setup.fake.commands();
+        let after_write = commands
+            .iter()
+            .skip_while(|command| !command.write)
+            .skip_while(|command| command.write);
+        let reads: Vec<String> = after_write.map(Invocation::line).collect();
+        assert!(
+            reads.iter().all(|read| !read.contains("-save")),
+            "{backend}: the read-back saved whole tables: {reads:?}"
+        );
+        for chain in changed {
+            assert!(
+                reads
+                    .iter()
+                    .any(|read| read.ends_with(&format!("-S {chain}"))),
+                "{backend}: {chain} was not listed: {reads:?}"
+            );
+        }
+        assert_eq!(
+            projection(&dataplane.observe().expect("read")),
+            projection(&desired),
+            "{backend}"
+        );
+
+        // A rule the kernel loses on the way is seen by that listing, and rolled back.
+        let back = backend.desired(&policy("nodeport-whitelist"));
+        let old_hashes = projection(&desired);
+        let victim = back
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values())
+            .flatten()
+            .filter_map(|rule| rule.hash.clone())
+            .find(|hash| !old_hashes.contains(hash.as_str()))
+            .expect("a changed rule");
+        let before = setup.fake.snapshot();
+        setup.fake.drop_rules_containing(&format!("npg:{victim}"));
+        let error = assert_rolled_back(reconcile(&dataplane, &back), &backend.to_string());
+        assert!(
+            matches!(error, DataplaneError::Verify(_)),
+            "{backend}: {error}"
+        );
+        assert_eq!(setup.fake.snapshot(), before, "{backend}: not rolled back");
     }
 }

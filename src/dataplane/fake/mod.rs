@@ -52,7 +52,11 @@ impl Invocation {
 }
 
 /// The programs the fake answers for.
-pub const PROGRAMS: [&str; 12] = [
+pub const PROGRAMS: [&str; 16] = [
+    "iptables-legacy",
+    "ip6tables-legacy",
+    "iptables-nft",
+    "ip6tables-nft",
     "iptables-legacy-save",
     "iptables-legacy-restore",
     "ip6tables-legacy-save",
@@ -296,22 +300,39 @@ fn injected_failure(program: &str) -> Output {
     output(1, String::new(), stderr)
 }
 
-/// Which store and family an iptables program uses.
-fn iptables_program(program: &str) -> Option<(Flavor, usize, bool)> {
+/// What an iptables program does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    /// `iptables-*-save`.
+    Save,
+    /// `iptables-*-restore`.
+    Restore,
+    /// `iptables-legacy` or `iptables-nft` itself (only `-t TABLE -S CHAIN` is emulated).
+    List,
+}
+
+/// Which store and family an iptables program uses, and what it does.
+fn iptables_program(program: &str) -> Option<(Flavor, usize, Verb)> {
     let (family, rest) = match program.strip_prefix("ip6tables-") {
         Some(rest) => (1, rest),
         None => (0, program.strip_prefix("iptables-")?),
     };
-    let (flavor, verb) = if let Some(verb) = rest.strip_prefix("legacy-") {
-        (Flavor::Legacy, verb)
-    } else if let Some(verb) = rest.strip_prefix("nft-") {
-        (Flavor::Nft, verb)
-    } else {
-        return None;
+    let (flavor, verb) = match rest {
+        "legacy" => return Some((Flavor::Legacy, family, Verb::List)),
+        "nft" => return Some((Flavor::Nft, family, Verb::List)),
+        _ => {
+            if let Some(verb) = rest.strip_prefix("legacy-") {
+                (Flavor::Legacy, verb)
+            } else if let Some(verb) = rest.strip_prefix("nft-") {
+                (Flavor::Nft, verb)
+            } else {
+                return None;
+            }
+        }
     };
     match verb {
-        "save" => Some((flavor, family, false)),
-        "restore" => Some((flavor, family, true)),
+        "save" => Some((flavor, family, Verb::Save)),
+        "restore" => Some((flavor, family, Verb::Restore)),
         _ => None,
     }
 }
@@ -324,8 +345,15 @@ fn dispatch(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (Output, bool) {
-    if let Some((flavor, family, restore)) = iptables_program(program) {
-        if restore {
+    if let Some((flavor, family, verb)) = iptables_program(program) {
+        if verb == Verb::List {
+            let store = match flavor {
+                Flavor::Legacy => &kernel.legacy[family],
+                Flavor::Nft => &kernel.nft_xt[family],
+            };
+            return (xtables::list_command(store, flavor, family, args), true);
+        }
+        if verb == Verb::Restore {
             let result = xtables::restore(
                 kernel,
                 flavor,

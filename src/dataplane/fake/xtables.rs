@@ -285,6 +285,41 @@ impl Store {
 }
 
 /// `iptables-save [-c] [-t TABLE]`.
+/// `iptables -t TABLE -S CHAIN`: the chain's declaration (`-P` for a kernel chain, `-N` for
+/// a user chain) and its rules, without counters, as iptables 1.8.9 prints them; a chain that
+/// does not exist is an error, worded as each flavour words it.
+pub(super) fn list_command(store: &Store, flavor: Flavor, family: usize, args: &[&str]) -> Output {
+    let program = if family == 0 { "iptables" } else { "ip6tables" };
+    let option = |names: &[&str]| {
+        args.iter()
+            .position(|arg| names.contains(arg))
+            .and_then(|at| args.get(at + 1).copied())
+    };
+    let table = option(&["-t", "--table"]).unwrap_or("filter");
+    let Some(chain) = option(&["-S", "--list-rules"]) else {
+        let stderr = format!("{program}: the fake kernel only answers `-t TABLE -S CHAIN`\n");
+        return output(2, String::new(), stderr);
+    };
+    let Some(found) = store.table(table).and_then(|table| table.chain(chain)) else {
+        let stderr = match flavor {
+            Flavor::Legacy => "iptables: No chain/target/match by that name.\n".to_owned(),
+            Flavor::Nft => format!(
+                "{program} v1.8.9 (nf_tables): chain `{chain}' in table `{table}' is incompatible, use 'nft' tool.\n"
+            ),
+        };
+        return output(1, String::new(), stderr);
+    };
+    let mut out = if found.builtin {
+        format!("-P {} {}\n", found.name, found.policy)
+    } else {
+        format!("-N {}\n", found.name)
+    };
+    for rule in &found.rules {
+        out.push_str(&format!("-A {} {}\n", found.name, rule.spec));
+    }
+    output(0, out, String::new())
+}
+
 pub(super) fn save_command(
     store: &mut Store,
     flavor: Flavor,

@@ -55,6 +55,16 @@ impl Iptables {
             (false, IpFamily::V6) => ("ip6tables-nft-save", "ip6tables-nft-restore"),
         }
     }
+
+    /// The program that lists one chain of a family (`-t TABLE -S CHAIN`).
+    pub fn lister(&self, family: IpFamily) -> &'static str {
+        match (self.legacy, family) {
+            (true, IpFamily::V4) => "iptables-legacy",
+            (true, IpFamily::V6) => "ip6tables-legacy",
+            (false, IpFamily::V4) => "iptables-nft",
+            (false, IpFamily::V6) => "ip6tables-nft",
+        }
+    }
 }
 
 /// How the iptables backends spell what they write: rules as `-A` lines, hooks as our jump at
@@ -109,9 +119,13 @@ impl Backend for Iptables {
         apply(self, dataplane, plan)
     }
 
-    /// Every table and set the plan names: iptables writes one table (of one family) per
-    /// restore, so nothing else can have changed.
+    /// What the read-back of [`observe_written`] covers: the chains, kernel chains and sets
+    /// the plan names, or every table and set it names when it read them whole (iptables
+    /// writes one table of one family per restore, so nothing else can have changed).
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
+        if written_chains(written).is_some() {
+            return crate::plan::plan(&written.part_of(desired), &written.part_of(after));
+        }
         let (tables, sets) = written.scope();
         crate::plan::plan(
             &desired.within(&tables, &sets),
@@ -176,10 +190,137 @@ fn observe(iptables: &Iptables, dataplane: &Dataplane<'_>) -> Result<State, Data
 /// Sets a plan may write before [`observe_written`] reads all sets rather than one by one.
 const SETS_READ_ONE_BY_ONE: usize = 8;
 
-/// Reads back what a plan wrote, and only that: each table it wrote (`iptables-save -t TABLE`
-/// of that family) and each set it wrote (`ipset save NAME`, or all of `ipset save` when it
-/// wrote many), all at the same time. Whatever else the result holds is outside the plan.
+/// Most chains (ours, and kernel chains holding our jumps) [`observe_written`] lists one by
+/// one; a plan that wrote more is read back by whole tables.
+const CHAINS_LISTED_ONE_BY_ONE: usize = 8;
+
+/// The chains a plan writes, per table, when the read-back can list them one by one: at most
+/// [`CHAINS_LISTED_ONE_BY_ONE`], none deleted (iptables-nft says a missing chain is
+/// "incompatible", which cannot be told from a chain that really is).
+fn written_chains(plan: &Plan) -> Option<Vec<(crate::state::TableKey, Vec<&str>)>> {
+    let mut count = 0;
+    let mut chains = Vec::new();
+    for table in &plan.tables {
+        if table
+            .chains
+            .iter()
+            .any(|chain| chain.action == ChainAction::Delete)
+        {
+            return None;
+        }
+        let names: Vec<&str> = table
+            .chains
+            .iter()
+            .map(|chain| chain.name.as_str())
+            .chain(table.hooks.iter().map(|hook| hook.chain.as_str()))
+            .collect();
+        count += names.len();
+        chains.push((table.key, names));
+    }
+    (count <= CHAINS_LISTED_ONE_BY_ONE).then_some(chains)
+}
+
+/// Reads back what a plan wrote, and only that: each chain it wrote (`iptables -t TABLE -S
+/// CHAIN`, a few milliseconds where saving the table takes a hundred), or each table it wrote
+/// (`iptables-save -t TABLE`) when it wrote many chains or deleted one; and each set it wrote
+/// (`ipset save NAME`, or all of `ipset save` when it wrote many); all at the same time.
+/// Whatever else the result holds is outside the plan.
 fn observe_written(
+    iptables: &Iptables,
+    dataplane: &Dataplane<'_>,
+    plan: &Plan,
+) -> Result<State, DataplaneError> {
+    if let Some(chains) = written_chains(plan) {
+        match observe_chains(iptables, dataplane, plan, &chains) {
+            Ok(state) => return Ok(state),
+            // A chain listing that fails (an iptables without `-S CHAIN` in that table, or a
+            // chain gone) is no verdict: read the tables whole.
+            Err(error) => {
+                tracing::debug!(%error, "listing the written chains failed; reading the tables")
+            }
+        }
+    }
+    observe_tables(iptables, dataplane, plan)
+}
+
+/// [`observe_written`] chain by chain: each listing becomes a table of `iptables-save` text.
+fn observe_chains(
+    iptables: &Iptables,
+    dataplane: &Dataplane<'_>,
+    plan: &Plan,
+    chains: &[(crate::state::TableKey, Vec<&str>)],
+) -> Result<State, DataplaneError> {
+    let runner = dataplane.runner;
+    let (listings, sets) = std::thread::scope(|scope| {
+        let listings: Vec<_> = chains
+            .iter()
+            .map(|(key, names)| {
+                let lister = iptables.lister(key.family);
+                let table = key.table.as_str();
+                let running: Vec<_> = names
+                    .iter()
+                    .map(|chain| {
+                        scope.spawn(move || {
+                            run_checked(runner, lister, &["-t", table, "-S", chain], None)
+                        })
+                    })
+                    .collect();
+                (key, running)
+            })
+            .collect();
+        let sets = read_written_sets(scope, runner, plan);
+        (
+            listings
+                .into_iter()
+                .map(|(key, running)| (key, running.into_iter().map(joined).collect::<Vec<_>>()))
+                .collect::<Vec<_>>(),
+            sets.into_iter().map(joined).collect::<Vec<_>>(),
+        )
+    });
+    let mut state = State::default();
+    for (key, outputs) in listings {
+        let mut text = format!("*{}\n", key.table.as_str());
+        let mut rules = String::new();
+        for output in outputs {
+            for line in output?.stdout.lines() {
+                if let Some(chain) = line.strip_prefix("-N ") {
+                    let _ = writeln!(text, ":{chain} - [0:0]");
+                } else if let Some(policy) = line.strip_prefix("-P ") {
+                    let _ = writeln!(text, ":{policy} [0:0]");
+                } else if line.starts_with("-A ") {
+                    rules.push_str(line);
+                    rules.push('\n');
+                }
+            }
+        }
+        text.push_str(&rules);
+        text.push_str("COMMIT\n");
+        parse::parse_iptables_save(&text, key.family, &mut state)?;
+    }
+    for set in sets {
+        parse::parse_ipset_save(&set?.stdout, &mut state);
+    }
+    Ok(state)
+}
+
+/// Reads the sets a plan wrote: one by one, or all when it wrote many.
+fn read_written_sets<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    runner: &'scope dyn super::Runner,
+    plan: &'scope Plan,
+) -> Vec<std::thread::ScopedJoinHandle<'scope, Result<super::Output, DataplaneError>>> {
+    if plan.sets.len() > SETS_READ_ONE_BY_ONE {
+        vec![scope.spawn(move || run_checked(runner, "ipset", &["save"], None))]
+    } else {
+        plan.sets
+            .iter()
+            .map(|set| scope.spawn(move || read_set(runner, &set.name)))
+            .collect()
+    }
+}
+
+/// [`observe_written`] by whole tables.
+fn observe_tables(
     iptables: &Iptables,
     dataplane: &Dataplane<'_>,
     plan: &Plan,
@@ -198,14 +339,7 @@ fn observe_written(
                 )
             })
             .collect();
-        let sets: Vec<_> = if plan.sets.len() > SETS_READ_ONE_BY_ONE {
-            vec![scope.spawn(move || run_checked(runner, "ipset", &["save"], None))]
-        } else {
-            plan.sets
-                .iter()
-                .map(|set| scope.spawn(move || read_set(runner, &set.name)))
-                .collect()
-        };
+        let sets = read_written_sets(scope, runner, plan);
         (
             saves
                 .into_iter()
