@@ -12,13 +12,9 @@
 //! runs.
 
 #![allow(missing_docs)]
-// The counting allocator below is the only unsafe code: it forwards to the system allocator.
-#![allow(unsafe_code)]
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -33,66 +29,10 @@ use nodeport_guard::validate::validate;
 
 const SIZES: [(usize, usize); 4] = [(10, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000)];
 
-/// The system allocator, counting the bytes in use and their peak.
-struct Counting;
-
-static IN_USE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counters
-// are only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
-            grew(layout.size());
-        }
-        pointer
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let pointer = unsafe { System.alloc_zeroed(layout) };
-        if !pointer.is_null() {
-            grew(layout.size());
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(pointer, layout) };
-        IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let moved = unsafe { System.realloc(pointer, layout, new_size) };
-        if !moved.is_null() {
-            grew(new_size);
-            IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        moved
-    }
-}
+use common::heap::peak_heap;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Runs `f` and returns its result with the most heap it held at once beyond what was in use
-/// before.
-fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = IN_USE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let value = f();
-    (value, PEAK.load(Ordering::Relaxed).saturating_sub(base))
-}
+static ALLOCATOR: common::heap::Counting = common::heap::Counting;
 
 fn load(text: &str) -> Model {
     let mut sources = Sources::new();

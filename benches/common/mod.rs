@@ -5,6 +5,8 @@
 
 use std::fmt::Write as _;
 
+pub mod heap;
+
 /// A deterministic pseudo-random sequence (xorshift), so every run measures the same input.
 pub struct Sequence(u64);
 

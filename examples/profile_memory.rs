@@ -1,0 +1,88 @@
+//! What the daemon keeps between reloads, piece by piece, in heap bytes (counted by a global
+//! allocator): the parse cache, the model, the compile memo, the rendered state and its memo.
+//! `cargo run --release --example profile_memory 1000`.
+
+#![allow(missing_docs)]
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+use common::heap::in_use;
+
+#[global_allocator]
+static ALLOCATOR: common::heap::Counting = common::heap::Counting;
+
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1024.0 / 1024.0)
+}
+
+fn main() {
+    let policies: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(
+        dir.path().join("bulk.yaml"),
+        common::policy_set(policies, policies * 10),
+    )
+    .expect("write");
+    let paths = [dir.path().to_path_buf()];
+    let options = nodeport_guard::load::LoadOptions::default();
+    let config = nodeport_guard::config::Config::default();
+    let host = nodeport_guard::facts::HostFacts::minimal("n");
+    let backend = nodeport_guard::dataplane::by_name("nftables").expect("backend");
+
+    let start = in_use();
+    let mut parse_cache = nodeport_guard::load::ParseCache::default();
+    let set = nodeport_guard::policy_set::load_cached(&paths, options, &mut parse_cache);
+    assert!(set.is_valid());
+    let with_set = in_use();
+    let model = set.model;
+    drop(set.sources);
+    drop(set.diagnostics);
+    let with_model = in_use();
+    let mut memo = nodeport_guard::compile::Memo::default();
+    let compiled = nodeport_guard::compile::compile_with(&model, &config, &host, &mut memo);
+    let with_compiled = in_use();
+    let mut render_memo = nodeport_guard::state::RenderMemo::default();
+    let desired = backend.desired_with(&compiled.ruleset, &mut render_memo);
+    let with_desired = in_use();
+    drop(compiled);
+    let kept = in_use();
+    println!("{policies} policies, heap in use (what a daemon keeps):");
+    println!(
+        "  parse cache (file texts and parsed documents): {}",
+        mib(with_model - start)
+    );
+    println!(
+        "  set (sources, diagnostics; dropped after the reload): {}",
+        mib(with_set - with_model)
+    );
+    println!(
+        "  compiled ruleset (kept by the memos): {}",
+        mib(with_compiled - with_model)
+    );
+    println!(
+        "  desired state (lines): {}",
+        mib(with_desired - with_compiled)
+    );
+    println!("  everything kept after the reload: {}", mib(kept - start));
+    println!(
+        "  of which the model: {}",
+        mib(model_bytes(&model, &mut || in_use()))
+    );
+    drop(desired);
+    drop(render_memo);
+    drop(memo);
+    drop(parse_cache);
+}
+
+/// The bytes a clone of the model takes (what the daemon's last good model holds).
+fn model_bytes(model: &nodeport_guard::model::Model, in_use: &mut dyn FnMut() -> usize) -> usize {
+    let before = in_use();
+    let copy = model.clone();
+    let after = in_use();
+    drop(copy);
+    after - before
+}
