@@ -457,7 +457,7 @@ impl fmt::Display for Port {
 }
 
 /// `source` or `destination` of a rule. Every condition present must hold.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct EntityRule {
     /// The address is in one of these networks (empty: no condition).
     pub nets: Vec<IpNet>,
@@ -486,7 +486,7 @@ impl EntityRule {
 }
 
 /// A policy rule.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rule {
     /// What happens on a match.
     pub action: Action,

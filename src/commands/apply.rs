@@ -64,6 +64,9 @@ pub fn run(
     let lock = state_dir.lock("nodeport-guard apply", false);
     let mut observed_early = None;
     let mut cut_off = None;
+    // The policies to apply, validated (for naming the plan's chains); a saved plan's are
+    // validated from its files below.
+    let mut model = None;
     let target = match plan_file {
         Some(path) => saved_target(settings, path)?,
         None => {
@@ -79,10 +82,12 @@ pub fn run(
                 return Ok(ExitCode::from(1));
             };
             cut_off = prepared.cut_off(settings);
+            let index = prepared.index();
+            model = Some(prepared.model);
             Target {
                 backend: prepared.backend,
                 families: prepared.compiled.ruleset.ip_families(),
-                index: prepared.index(),
+                index,
                 desired: prepared.desired,
                 expected_observed: None,
             }
@@ -111,12 +116,11 @@ pub fn run(
         bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
     }
     let mut changes = plan::plan(&target.desired, &observed);
-    let policies = policy_set::from_files(&target.index.policy_files);
-    name_policies(
-        &mut changes,
-        settings,
-        policies.is_valid().then_some(&policies.model),
-    );
+    let model = model.or_else(|| {
+        let policies = policy_set::from_files(&target.index.policy_files);
+        policies.is_valid().then_some(policies.model)
+    });
+    name_policies(&mut changes, settings, model.as_ref());
     if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
         record_applied(&state_dir, &target.index);

@@ -67,10 +67,11 @@ impl Prepared {
     /// among the sources and ports either names; `None` when no apply recorded its policies
     /// (or they are the same files).
     pub fn cut_off(&self, settings: &Settings) -> Option<Impact> {
-        let (files, before) = applied_policies(settings)?;
+        let files = applied_files(settings)?;
         if files == self.policy_files {
             return None;
         }
+        let before = validated_applied(files)?;
         Some(impact::cuts(
             &before,
             &self.model,
@@ -89,7 +90,19 @@ pub fn applied_model(settings: &Settings) -> Option<crate::model::Model> {
 /// Says which policy (and tier) each policy chain of `changes` belongs to, from `model` (the
 /// policies to apply) and, for the chains a change deletes, the policies last applied.
 pub fn name_policies(changes: &mut plan::Plan, settings: &Settings, model: Option<&Model>) {
-    let applied = applied_model(settings);
+    // The policies last applied are read (and validated) only for a plan that deletes chains:
+    // every other chain of a plan belongs to the policies to apply.
+    let deletes = changes.tables.iter().any(|table| {
+        table
+            .chains
+            .iter()
+            .any(|chain| chain.action == plan::ChainAction::Delete)
+    });
+    let applied = if deletes || model.is_none() {
+        applied_model(settings)
+    } else {
+        None
+    };
     // The policies to apply win: they are inserted last.
     let mut owners = HashMap::new();
     for model in applied.iter().chain(model) {
@@ -119,12 +132,38 @@ pub fn name_policies(changes: &mut plan::Plan, settings: &Settings, model: Optio
 fn applied_policies(
     settings: &Settings,
 ) -> Option<(Vec<crate::counters::PolicyFile>, crate::model::Model)> {
+    let files = applied_files(settings)?;
+    let model = validated_applied(files.clone())?;
+    Some((files, model))
+}
+
+/// The policy files the last apply recorded; `None` when none was recorded.
+fn applied_files(settings: &Settings) -> Option<Vec<crate::counters::PolicyFile>> {
     let applied = StateDir::new(&settings.state_dir).applied().ok()??;
-    if applied.policy_files.is_empty() {
+    (!applied.policy_files.is_empty()).then_some(applied.policy_files)
+}
+
+/// The recorded policy files, validated; `None` when they are not valid. A command asks for
+/// them up to three times (to name deleted chains' policies, for what a change cuts off, and
+/// for the established connections it cuts), so the model of the last files validated is
+/// kept, keyed by their content: validating 1,000 policies again costs 100 ms each time.
+fn validated_applied(files: Vec<crate::counters::PolicyFile>) -> Option<crate::model::Model> {
+    static LAST: std::sync::Mutex<Option<(Vec<crate::counters::PolicyFile>, crate::model::Model)>> =
+        std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((validated, model)) = last.as_ref()
+        && *validated == files
+    {
+        return Some(model.clone());
+    }
+    let set = policy_set::from_files(&files);
+    if !set.is_valid() {
         return None;
     }
-    let set = policy_set::from_files(&applied.policy_files);
-    set.is_valid().then_some((applied.policy_files, set.model))
+    *last = Some((files, set.model.clone()));
+    Some(set.model)
 }
 
 /// The established connections the change would cut, counted (read from the conntrack

@@ -12,7 +12,7 @@ use super::{ConnState, Evaluator, Outcome, Packet, Travel, Verdict};
 use crate::compile::binding;
 use crate::config::Config;
 use crate::facts::HostFacts;
-use crate::model::{IpFamily, Model, Port};
+use crate::model::{IpFamily, Model, Port, Rule};
 
 /// Most sources tried (the first of each net the policies name).
 pub const MAX_SOURCES: usize = 256;
@@ -51,8 +51,35 @@ pub struct Impact {
 /// The new connections that `before` lets through and `after` drops, among those from the
 /// sources and to the ports either names, arriving at this host.
 pub fn cuts(before: &Model, after: &Model, config: &Config, host: &HostFacts) -> Impact {
-    let sources = named_sources(&[before, after]);
-    let ports = named_ports(&[before, after]);
+    cuts_among(before, after, config, host, true)
+}
+
+/// [`cuts`], tracing only the packets a changed rule can match when `narrow` (what `cuts`
+/// does), or every packet of the sources and ports named (what the tests compare it with).
+pub(super) fn cuts_among(
+    before: &Model,
+    after: &Model,
+    config: &Config,
+    host: &HostFacts,
+    narrow: bool,
+) -> Impact {
+    let mut sources = named_sources(&[before, after]);
+    let mut ports = named_ports(&[before, after]);
+    if let Some(changed) = changed_rules(before, after).filter(|_| narrow) {
+        // Only packets some changed rule can match may change verdict: every other policy
+        // is the same, in the same place, and a policy none of whose rules match a packet
+        // passes it on as it did.
+        if let Some(nets) = source_nets(&changed) {
+            sources.retain(|source| nets.iter().any(|net| net.contains(source)));
+        }
+        if let Some(matched) = destination_ports(&changed) {
+            ports.retain(|(protocol, port)| {
+                matched
+                    .iter()
+                    .any(|(p, first, last)| p == protocol && (first..=last).contains(&port))
+            });
+        }
+    }
     let interfaces = bound_interfaces(&[before, after], config, host);
     let own = host.own_addresses(&config.host_interface_exclude);
     let (before, after) = (
@@ -100,6 +127,118 @@ pub fn cuts(before: &Model, after: &Model, config: &Config, host: &HostFacts) ->
         }
     }
     impact
+}
+
+/// The ingress rules of the policies that differ between `before` and `after` (both
+/// versions), when only rules differ: the same tiers, network sets and host endpoints, the same
+/// policies in the same order with the same selectors, kinds and types. `None` otherwise (a
+/// change there can move any packet).
+fn changed_rules<'m>(before: &'m Model, after: &'m Model) -> Option<Vec<&'m Rule>> {
+    let same_sets = before.network_sets().len() == after.network_sets().len()
+        && before
+            .network_sets()
+            .iter()
+            .zip(after.network_sets())
+            .all(|(a, b)| a.name == b.name && a.labels == b.labels && a.nets == b.nets);
+    let same_endpoints = before.host_endpoints().len() == after.host_endpoints().len()
+        && before
+            .host_endpoints()
+            .iter()
+            .zip(after.host_endpoints())
+            .all(|(a, b)| {
+                (
+                    &a.name,
+                    &a.labels,
+                    &a.node,
+                    &a.interface,
+                    &a.expected_ips,
+                    &a.ports,
+                    a.default_allow,
+                ) == (
+                    &b.name,
+                    &b.labels,
+                    &b.node,
+                    &b.interface,
+                    &b.expected_ips,
+                    &b.ports,
+                    b.default_allow,
+                )
+            });
+    if before.tiers() != after.tiers()
+        || !same_sets
+        || !same_endpoints
+        || before.policies().len() != after.policies().len()
+    {
+        return None;
+    }
+    let mut changed = Vec::new();
+    for (a, b) in before.policies().iter().zip(after.policies()) {
+        let placed = (
+            &a.name,
+            &a.tier,
+            a.order,
+            &a.selector,
+            a.kind,
+            a.apply_on_forward,
+        ) == (
+            &b.name,
+            &b.tier,
+            b.order,
+            &b.selector,
+            b.kind,
+            b.apply_on_forward,
+        );
+        let governs =
+            (a.ingress.is_some(), a.egress.is_some()) == (b.ingress.is_some(), b.egress.is_some());
+        if !placed || !governs {
+            return None;
+        }
+        if a.ingress != b.ingress {
+            changed.extend(a.ingress.iter().flatten());
+            changed.extend(b.ingress.iter().flatten());
+        }
+    }
+    Some(changed)
+}
+
+/// The source nets every one of `rules` requires (so a source outside all of them matches
+/// none); `None` when some rule matches sources without nets (no `nets`, `notNets`, or a
+/// selector).
+fn source_nets(rules: &[&Rule]) -> Option<Vec<IpNet>> {
+    let mut nets = Vec::new();
+    for rule in rules {
+        let source = &rule.source;
+        if source.nets.is_empty()
+            || !source.not_nets.is_empty()
+            || source.selector.is_some()
+            || source.not_selector.is_some()
+        {
+            return None;
+        }
+        nets.extend(&source.nets);
+    }
+    Some(nets)
+}
+
+/// The (protocol, first port, last port) every one of `rules` requires; `None` when some rule
+/// matches a port it does not name (no protocol or ports, `notPorts`, a named port).
+fn destination_ports(rules: &[&Rule]) -> Option<Vec<(u8, u16, u16)>> {
+    let mut ports = Vec::new();
+    for rule in rules {
+        let protocol = rule.protocol?;
+        let destination = &rule.destination;
+        if destination.ports.is_empty() || !destination.not_ports.is_empty() {
+            return None;
+        }
+        for port in &destination.ports {
+            match port {
+                Port::Single(port) => ports.push((protocol.number(), *port, *port)),
+                Port::Range(first, last) => ports.push((protocol.number(), *first, *last)),
+                Port::Named(_) => return None,
+            }
+        }
+    }
+    Some(ports)
 }
 
 /// One address of each net the policies and network sets name (the address itself for a

@@ -305,3 +305,97 @@ fn a_staged_deny_logs_what_it_would_do_and_changes_no_verdict() {
     let prefixes: Vec<&str> = traced.logs.iter().map(|l| l.prefix.as_str()).collect();
     assert_eq!(prefixes, vec!["DPI1|staged:stricter"]);
 }
+
+/// Policies whose rules all name ports, or sources, and one that names neither.
+const GUARDS: &str = r"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: a-guard}
+spec:
+  order: 1
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source: {nets: [198.51.100.10/32, 203.0.113.0/28]}
+      destination: {ports: [30008]}
+    - action: Deny
+      protocol: TCP
+      destination: {ports: [30008]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: b-ssh}
+spec:
+  order: 2
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      source: {nets: [192.0.2.0/26]}
+    - action: Deny
+      protocol: TCP
+      destination: {ports: ['30100:30200']}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: c-udp}
+spec:
+  order: 3
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Deny
+      protocol: UDP
+      source: {nets: [198.51.100.128/25]}
+      destination: {ports: [30053]}
+";
+
+#[test]
+fn tracing_only_what_changed_rules_match_cuts_the_same_connections() {
+    let before = model(GUARDS);
+    let edits = [
+        ("198.51.100.10/32", "198.51.100.11/32"),
+        ("203.0.113.0/28", "203.0.113.0/29"),
+        (
+            "ports: [30008]}\n    - action: Deny",
+            "ports: [30009]}\n    - action: Deny",
+        ),
+        (
+            "destination: {ports: [30008]}\n---",
+            "destination: {ports: [30007]}\n---",
+        ),
+        ("'30100:30200'", "'30100:30150'"),
+        ("192.0.2.0/26", "192.0.2.0/27"),
+        ("198.51.100.128/25", "198.51.100.0/24"),
+        ("protocol: UDP", "protocol: TCP"),
+        ("order: 3", "order: 0"),
+        (
+            "action: Allow\n      source: {nets: [192.0.2.0/26]}",
+            "action: Deny\n      source: {nets: [192.0.2.0/26]}",
+        ),
+    ];
+    for (from, to) in edits {
+        assert!(GUARDS.contains(from), "{from}");
+        let after = model(&GUARDS.replacen(from, to, 1));
+        let narrow = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), true);
+        let full = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), false);
+        assert_eq!(narrow.cuts, full.cuts, "{from} -> {to}");
+        assert!(narrow.checked <= full.checked);
+    }
+    // The guard's own change is traced on its port alone.
+    let after = model(&GUARDS.replacen("198.51.100.10/32", "198.51.100.11/32", 1));
+    let narrow = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), true);
+    let full = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), false);
+    assert!(!full.cuts.is_empty(), "the edit cuts 198.51.100.10");
+    assert!(
+        narrow.checked * 3 <= full.checked,
+        "{} of {}",
+        narrow.checked,
+        full.checked
+    );
+}
