@@ -208,15 +208,7 @@ fn a_rule_the_kernel_loses_is_a_verify_error_and_is_rolled_back() {
         let old = backend.desired(&first);
         reconcile(&dataplane, &old).expect("first apply");
         let desired = backend.desired(&second);
-        let old_hashes = projection(&old);
-        let victim = desired
-            .tables
-            .values()
-            .flat_map(|table| table.chains.values())
-            .flatten()
-            .filter_map(|rule| rule.hash.clone())
-            .find(|hash| !old_hashes.contains(hash.as_str()))
-            .expect("a new rule");
+        let victim = a_new_rule(&desired, &old);
         let before = setup.fake.snapshot();
         setup.fake.drop_rules_containing(&format!("npg:{victim}"));
         let error = assert_rolled_back(reconcile(&dataplane, &desired), &backend.to_string());
@@ -235,6 +227,19 @@ fn a_rule_the_kernel_loses_is_a_verify_error_and_is_rolled_back() {
             assert_eq!(setup.fake.snapshot(), before, "{backend}: not rolled back");
         }
     }
+}
+
+/// The hash of a rule of `desired` that `old` does not have.
+fn a_new_rule(desired: &State, old: &State) -> String {
+    let old_hashes = projection(old);
+    desired
+        .tables
+        .values()
+        .flat_map(|table| table.chains.values())
+        .flatten()
+        .filter_map(|rule| rule.hash.clone())
+        .find(|hash| !old_hashes.contains(hash.as_str()))
+        .expect("a new rule")
 }
 
 fn sorted_lines(text: &str) -> Vec<&str> {
@@ -712,15 +717,7 @@ fn a_small_write_is_verified_by_listing_only_its_chains() {
 
         // A rule the kernel loses on the way is seen by that listing, and rolled back.
         let back = backend.desired(&policy("nodeport-whitelist"));
-        let old_hashes = projection(&desired);
-        let victim = back
-            .tables
-            .values()
-            .flat_map(|table| table.chains.values())
-            .flatten()
-            .filter_map(|rule| rule.hash.clone())
-            .find(|hash| !old_hashes.contains(hash.as_str()))
-            .expect("a changed rule");
+        let victim = a_new_rule(&back, &desired);
         let before = setup.fake.snapshot();
         setup.fake.drop_rules_containing(&format!("npg:{victim}"));
         let error = assert_rolled_back(reconcile(&dataplane, &back), &backend.to_string());
