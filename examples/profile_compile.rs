@@ -75,22 +75,6 @@ fn main() {
             render_memo.last_render()
         );
     }
-    let fingerprinting = std::time::Instant::now();
-    let fingerprinter = nodeport_guard::digest::Fingerprinter::default();
-    let mut chains = 0;
-    let mut folded = 0u128;
-    for family in &compiled.ruleset.families {
-        for table in &family.tables {
-            for chain in &table.chains {
-                chains += 1;
-                folded ^= fingerprinter.of(&chain.rules);
-            }
-        }
-    }
-    eprintln!(
-        "fingerprints of {chains} chains {:?} ({folded:x})",
-        fingerprinting.elapsed()
-    );
     breakdown(&compiled);
 }
 
