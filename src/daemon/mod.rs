@@ -67,8 +67,9 @@ struct Daemon {
     state_dir: StateDir,
     metrics: metrics::Shared,
     last_good: Option<LastGood>,
-    /// What the kernel holds of ours at an nf_tables generation, while nothing else commits
-    /// (see [`reconcile::reconcile_cached`]); dropped on every resync and SIGHUP.
+    /// What the kernel holds of ours at a sign of the kernel's (the nf_tables generation, the
+    /// x_tables digest), while nobody else changes it (see [`reconcile::reconcile_cached`]);
+    /// dropped on every resync and SIGHUP.
     cache: Option<reconcile::Cached>,
     /// The policy files parsed at the last read: a reload parses only what changed.
     parse_cache: crate::load::ParseCache,
@@ -344,7 +345,7 @@ impl Daemon {
             .desired_with(&compiled.ruleset, &mut self.render_memo);
         let desired_at = Instant::now();
         if matches!(event, Event::Resync | Event::Reload) {
-            // The resync timer and SIGHUP read the whole kernel, whatever the generation says.
+            // The resync timer and SIGHUP read the whole kernel, whatever the sign says.
             self.cache = None;
         }
         let families = compiled.ruleset.ip_families();

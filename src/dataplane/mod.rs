@@ -15,6 +15,7 @@ pub mod iptables;
 pub mod nfgen;
 pub mod nftables;
 pub mod runner;
+pub mod xtables;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -88,30 +89,45 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// the kernel the write may have changed, compared with what it should be.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan;
 
-    /// How much of what [`Backend::observe`] reads the nf_tables generation covers, so that a
-    /// state read (or written and verified) at one generation is still the kernel's at the
-    /// same generation.
-    fn generation_covers(&self) -> Coverage {
+    /// What tells that the kernel still holds a state this backend read or wrote.
+    fn sign(&self) -> Sign {
+        Sign::NfGeneration
+    }
+
+    /// How much of what [`Backend::observe`] reads [`Backend::sign`] covers, so that a state
+    /// read (or written and verified) at one sign is still the kernel's at the same sign.
+    fn sign_covers(&self) -> Coverage {
         Coverage::Nothing
     }
 
-    /// The kernel's state now, from `cached` (read at the current generation) and a fresh read
-    /// of what the generation does not cover.
+    /// The kernel's state now, from `cached` (read at the current sign) and a fresh read of
+    /// what the sign does not cover.
     fn refresh(&self, dataplane: &Dataplane<'_>, cached: &State) -> Result<State, DataplaneError> {
-        match self.generation_covers() {
+        match self.sign_covers() {
             Coverage::Everything => Ok(cached.clone()),
             Coverage::Rules | Coverage::Nothing => self.observe(dataplane),
         }
     }
 }
 
-/// What the nf_tables generation covers of a backend's state.
+/// What tells a backend that nobody changed the kernel since it last read or wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sign {
+    /// The nf_tables generation ([`nfgen`]): it moves with every committed transaction, so the
+    /// commits of a write can be counted (nftables, iptables-nft).
+    NfGeneration,
+    /// The digest of the x_tables rules ([`xtables`]), under the xtables lock so that only
+    /// our own write can change them between two readings (iptables-legacy).
+    XtablesDigest,
+}
+
+/// What a backend's [`Sign`] covers of its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coverage {
-    /// Nothing: iptables-legacy's x_tables have no generation (the entry count and size of
-    /// `IPT_SO_GET_INFO` miss a rule replaced by one of the same size), and neither do ipsets.
+    /// Nothing: the state is read whole every time.
     Nothing,
-    /// The rules, not the sets: iptables-nft's chains live in nf_tables, its ipsets do not.
+    /// The rules, not the sets: iptables' chains live in x_tables or nf_tables, its ipsets
+    /// in neither, and ipsets have no generation.
     Rules,
     /// Everything: native nftables keeps its sets in its own tables.
     Everything,

@@ -39,6 +39,21 @@ pub trait Runner: Send + Sync {
         None
     }
 
+    /// A digest of every iptables-legacy rule of the network namespace (see
+    /// [`super::xtables`]): the same exactly when the rules are. `None` when it cannot be
+    /// read.
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        None
+    }
+
+    /// This runner holding the xtables lock until the returned one is dropped, so that nobody
+    /// who takes the lock (iptables, docker, kube-proxy) writes x_tables meanwhile; the
+    /// iptables commands it runs take a lock file of their own. `None` when the lock cannot be
+    /// taken.
+    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
+        None
+    }
+
     /// Runs `program` with `args` and hands each line of its stdout to `line` as it comes;
     /// when `line` returns `false` the program is stopped. The output's `stdout` is empty.
     /// (This default runs the program to its end first, for runners that cannot stream.)
@@ -61,6 +76,38 @@ pub trait Runner: Send + Sync {
     }
 }
 
+/// A borrowed runner runs what it borrows.
+impl<R: Runner + ?Sized> Runner for &R {
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
+        (**self).run(program, args, stdin)
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        (**self).exists(program)
+    }
+
+    fn nft_generation(&self) -> Option<u32> {
+        (**self).nft_generation()
+    }
+
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        (**self).xtables_digest()
+    }
+
+    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
+        (**self).holding_xtables_lock()
+    }
+
+    fn run_lines(
+        &self,
+        program: &str,
+        args: &[&str],
+        line: &mut dyn FnMut(&str) -> bool,
+    ) -> std::io::Result<Output> {
+        (**self).run_lines(program, args, line)
+    }
+}
+
 /// Runs real programs, found in `PATH` and the usual `sbin` directories (a cron job or a
 /// container may lack them in `PATH`).
 #[derive(Clone, Debug, Default)]
@@ -78,44 +125,61 @@ impl SystemRunner {
     }
 }
 
+/// How long the daemon waits for the xtables lock before it reads the kernel whole instead.
+const XTABLES_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `program` to its end, with `XTABLES_LOCKFILE` set to `lock_file` if given.
+fn run_program(
+    program: &str,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    lock_file: Option<&std::path::Path>,
+) -> std::io::Result<Output> {
+    let path = SystemRunner::resolve(program).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("`{program}` not found"),
+        )
+    })?;
+    let started = Instant::now();
+    let mut command = Command::new(path);
+    if let Some(lock_file) = lock_file {
+        command.env("XTABLES_LOCKFILE", lock_file);
+    }
+    let mut child = command
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // A program that exits early closes its stdin; its stderr then says why.
+        let _ = pipe.write_all(input);
+    }
+    let output = child.wait_with_output()?;
+    tracing::trace!(
+        program,
+        ?args,
+        input_bytes = stdin.map_or(0, <[u8]>::len),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        code = output.status.code(),
+        "ran"
+    );
+    Ok(Output {
+        success: output.status.success(),
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
 impl Runner for SystemRunner {
     fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
-        let path = Self::resolve(program).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("`{program}` not found"),
-            )
-        })?;
-        let started = Instant::now();
-        let mut child = Command::new(path)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            // A program that exits early closes its stdin; its stderr then says why.
-            let _ = pipe.write_all(input);
-        }
-        let output = child.wait_with_output()?;
-        tracing::trace!(
-            program,
-            ?args,
-            input_bytes = stdin.map_or(0, <[u8]>::len),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            code = output.status.code(),
-            "ran"
-        );
-        Ok(Output {
-            success: output.status.success(),
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        })
+        run_program(program, args, stdin, None)
     }
 
     fn exists(&self, program: &str) -> bool {
@@ -128,6 +192,24 @@ impl Runner for SystemRunner {
                 tracing::debug!(%error, "cannot read the nf_tables generation");
             })
             .ok()
+    }
+
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        super::xtables::digest()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot read the x_tables rules");
+            })
+            .ok()
+    }
+
+    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
+        match super::xtables::XtablesLock::take(XTABLES_LOCK_WAIT) {
+            Ok(lock) => Some(Box::new(Locked { lock })),
+            Err(error) => {
+                tracing::debug!(%error, "cannot take the xtables lock");
+                None
+            }
+        }
     }
 
     fn run_lines(
@@ -177,6 +259,30 @@ impl Runner for SystemRunner {
             stdout: String::new(),
             stderr,
         })
+    }
+}
+
+/// A [`SystemRunner`] holding the xtables lock; its iptables commands take the lock file
+/// beside it.
+struct Locked {
+    lock: super::xtables::XtablesLock,
+}
+
+impl Runner for Locked {
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {
+        run_program(program, args, stdin, Some(self.lock.children_lock_file()))
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        SystemRunner.exists(program)
+    }
+
+    fn nft_generation(&self) -> Option<u32> {
+        SystemRunner.nft_generation()
+    }
+
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        SystemRunner.xtables_digest()
     }
 }
 

@@ -91,21 +91,37 @@ pub fn apply_against(
     }
 }
 
-/// What the kernel held of ours at an nf_tables generation: while the generation stays the
-/// same nobody has committed anything to nf_tables, so the daemon plans against this instead
-/// of reading every rule again (Felix's table syncer does the same with its cached view).
+/// What the kernel held of ours at a sign of the kernel's (see [`crate::dataplane::Sign`]):
+/// while the sign stays the same nobody has changed the rules, so the daemon plans against
+/// this instead of reading every rule again (Felix's table syncer does the same with its
+/// cached view).
 #[derive(Clone, Debug)]
 pub struct Cached {
-    /// The generation at which `state` was the kernel's.
-    generation: u32,
+    /// The sign at which `state` was the kernel's.
+    sign: Stamp,
     /// Our part of the kernel then.
     state: std::sync::Arc<State>,
 }
 
-impl Cached {
-    /// The generation it is valid at.
-    pub fn generation(&self) -> u32 {
-        self.generation
+/// A reading of the kernel's sign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stamp {
+    /// The nf_tables generation.
+    Generation(u32),
+    /// The digest of the x_tables rules, read under the xtables lock.
+    Digest([u8; 32]),
+}
+
+impl Stamp {
+    /// Whether `self`, read after a write that committed `commits` nf_tables transactions,
+    /// was reached from `from` by that write alone. A generation moves by one per commit; a
+    /// digest read under the lock held since `from` can only have been changed by the write.
+    fn follows(self, from: Stamp, commits: u32) -> bool {
+        match (from, self) {
+            (Stamp::Generation(from), Stamp::Generation(now)) => now == from.wrapping_add(commits),
+            (Stamp::Digest(_), Stamp::Digest(_)) => true,
+            _ => false,
+        }
     }
 }
 
@@ -114,34 +130,65 @@ impl Cached {
 pub enum Read {
     /// Every rule and set was read.
     Whole,
-    /// The cached view was still the kernel's (only what the generation does not cover, such
-    /// as ipsets, was read).
+    /// The cached view was still the kernel's (only what the sign does not cover, such as
+    /// ipsets, was read).
     Cached,
 }
 
-/// Like [`reconcile`], planning against `cache` when the nf_tables generation says the kernel
-/// has not changed since it was taken, and leaving in `cache` what the kernel holds afterwards
-/// when that is certain: when the generation moved by exactly the transactions this reconcile
-/// committed. Anything else (a backend the generation does not cover, a generation that cannot
-/// be read, a foreign commit, a failed write) leaves the cache empty, so the next reconcile
-/// reads the whole kernel again.
+/// Like [`reconcile`], planning against `cache` when the kernel's sign says the kernel has not
+/// changed since it was taken, and leaving in `cache` what the kernel holds afterwards when
+/// that is certain: when the sign moved by this reconcile's own write alone (nf_tables: by
+/// exactly the transactions it committed; x_tables: under the xtables lock, held from the
+/// first reading to the last). Anything else (a backend without a sign, a sign that cannot be
+/// read, a lock that cannot be taken, a foreign commit, a failed write) leaves the cache
+/// empty, so the next reconcile reads the whole kernel again.
 pub fn reconcile_cached(
     dataplane: &Dataplane<'_>,
     desired: &std::sync::Arc<State>,
     cache: &mut Option<Cached>,
 ) -> Result<(Outcome, Read), ReconcileError> {
+    use crate::dataplane::{Coverage, Runner, Sign};
+    if dataplane.backend.sign_covers() == Coverage::Nothing {
+        *cache = None;
+        return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
+    }
+    match dataplane.backend.sign() {
+        Sign::NfGeneration => {
+            reconcile_signed(dataplane, desired, cache, &|runner: &dyn Runner| {
+                runner.nft_generation().map(Stamp::Generation)
+            })
+        }
+        Sign::XtablesDigest => {
+            let Some(locked) = dataplane.runner.holding_xtables_lock() else {
+                *cache = None;
+                return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
+            };
+            let dataplane = Dataplane {
+                backend: dataplane.backend,
+                runner: &*locked,
+                families: dataplane.families.clone(),
+                state_dir: dataplane.state_dir.clone(),
+            };
+            reconcile_signed(&dataplane, desired, cache, &|runner: &dyn Runner| {
+                runner.xtables_digest().map(Stamp::Digest)
+            })
+        }
+    }
+}
+
+/// [`reconcile_cached`] with the kernel's sign read by `sign`.
+fn reconcile_signed(
+    dataplane: &Dataplane<'_>,
+    desired: &std::sync::Arc<State>,
+    cache: &mut Option<Cached>,
+    sign: &dyn Fn(&dyn crate::dataplane::Runner) -> Option<Stamp>,
+) -> Result<(Outcome, Read), ReconcileError> {
     let cached = cache.take();
-    let covered = dataplane.backend.generation_covers() != crate::dataplane::Coverage::Nothing;
-    let start = if covered {
-        dataplane.runner.nft_generation()
-    } else {
-        None
-    };
-    let Some(start) = start else {
+    let Some(start) = sign(dataplane.runner) else {
         return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
     };
     let (before, read, valid_from) = match cached {
-        Some(cached) if cached.generation == start => {
+        Some(cached) if cached.sign == start => {
             let before = dataplane
                 .backend
                 .refresh(dataplane, &cached.state)
@@ -150,8 +197,8 @@ pub fn reconcile_cached(
         }
         _ => {
             let before = dataplane.observe().map_err(ReconcileError::Observe)?;
-            // Read in one piece only if nothing was committed while it was read.
-            let after_read = dataplane.runner.nft_generation();
+            // Read in one piece only if nothing changed while it was read.
+            let after_read = sign(dataplane.runner);
             (
                 before,
                 Read::Whole,
@@ -168,13 +215,13 @@ pub fn reconcile_cached(
     };
     let outcome = apply_against(&writer, desired, before)?;
     let commits = counting.commits();
-    if let (Some(from), Some(now)) = (valid_from, dataplane.runner.nft_generation())
-        && now == from.wrapping_add(commits)
+    if let (Some(from), Some(now)) = (valid_from, sign(dataplane.runner))
+        && now.follows(from, commits)
     {
         // Written and verified, or found to need nothing: either way the kernel holds what the
         // planner compares of `desired`, so the view shares it rather than keeping a copy.
         *cache = Some(Cached {
-            generation: now,
+            sign: now,
             state: std::sync::Arc::clone(desired),
         });
     }
@@ -232,6 +279,10 @@ impl crate::dataplane::Runner for Counting<'_> {
 
     fn nft_generation(&self) -> Option<u32> {
         self.inner.nft_generation()
+    }
+
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        self.inner.xtables_digest()
     }
 }
 

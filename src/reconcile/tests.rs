@@ -532,9 +532,8 @@ fn reads_rules(invocation: &crate::dataplane::fake::Invocation) -> bool {
 }
 
 #[test]
-fn an_unchanged_generation_plans_against_the_cached_view_without_reading_the_rules() {
-    let whitelist = Arc::new(LEGACY.desired(&policy("nodeport-whitelist")));
-    for backend in [NFT, NATIVE] {
+fn an_unchanged_sign_plans_against_the_cached_view_without_reading_the_rules() {
+    for backend in [LEGACY, NFT, NATIVE] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let first = Arc::new(backend.desired(&policy("nodeport-whitelist")));
@@ -576,20 +575,11 @@ fn an_unchanged_generation_plans_against_the_cached_view_without_reading_the_rul
             setup.fake.commands()
         );
     }
-    // iptables-legacy has no generation: it always reads.
-    let setup = Setup::new();
-    let dataplane = setup.dataplane(LEGACY);
-    let mut cache = None;
-    for _ in 0..2 {
-        let (_, read) = reconcile_cached(&dataplane, &whitelist, &mut cache).expect("apply");
-        assert_eq!(read, Read::Whole);
-        assert!(cache.is_none());
-    }
 }
 
 #[test]
 fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
-    for backend in [NFT, NATIVE] {
+    for backend in [LEGACY, NFT, NATIVE] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let desired = Arc::new(backend.desired(&policy("nodeport-whitelist")));
@@ -603,7 +593,7 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
             .expect("a rule");
         assert!(setup.fake.delete_rules_containing(&format!("npg:{hash}")) > 0);
         let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
-        assert_eq!(read, Read::Whole, "{backend}: the generation moved");
+        assert_eq!(read, Read::Whole, "{backend}: the sign moved");
         assert!(!outcome.plan.is_empty(), "{backend}: the drift is repaired");
         assert_eq!(
             projection(&dataplane.observe().expect("observe")),
@@ -614,29 +604,35 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
 }
 
 #[test]
-fn ipsets_are_read_again_even_when_the_iptables_nft_rules_are_cached() {
-    let setup = Setup::new();
-    let dataplane = setup.dataplane(NFT);
-    let desired = Arc::new(NFT.desired(&policy("office-networkset")));
-    let set = desired.sets.keys().next().expect("a set").clone();
-    let mut cache = None;
-    reconcile_cached(&dataplane, &desired, &mut cache).expect("apply");
-    let generation = cache.as_ref().map(Cached::generation);
-    // ipset is outside nf_tables: the generation does not move.
-    let output = setup
-        .fake
-        .foreign("ipset", &["add", &set, "192.0.2.99"], "");
-    assert!(output.success, "{}", output.stderr);
-    assert_eq!(setup.fake.nft_generation(), generation);
-    let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
-    assert_eq!(read, Read::Cached);
-    assert_eq!(outcome.plan.sets.len(), 1, "{}", outcome.plan.describe());
-    assert_eq!(outcome.plan.sets[0].remove, vec!["192.0.2.99".to_owned()]);
+fn ipsets_are_read_again_even_when_the_iptables_rules_are_cached() {
+    use crate::dataplane::Runner as _;
+    for backend in [LEGACY, NFT] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = Arc::new(backend.desired(&policy("office-networkset")));
+        let set = desired.sets.keys().next().expect("a set").clone();
+        let mut cache = None;
+        reconcile_cached(&dataplane, &desired, &mut cache).expect("apply");
+        let signs = (setup.fake.nft_generation(), setup.fake.xtables_digest());
+        // ipset is outside nf_tables and x_tables: neither sign moves.
+        let output = setup
+            .fake
+            .foreign("ipset", &["add", &set, "192.0.2.99"], "");
+        assert!(output.success, "{}", output.stderr);
+        assert_eq!(
+            (setup.fake.nft_generation(), setup.fake.xtables_digest()),
+            signs
+        );
+        let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
+        assert_eq!(read, Read::Cached, "{backend}");
+        assert_eq!(outcome.plan.sets.len(), 1, "{}", outcome.plan.describe());
+        assert_eq!(outcome.plan.sets[0].remove, vec!["192.0.2.99".to_owned()]);
+    }
 }
 
 #[test]
 fn a_failed_write_empties_the_cache() {
-    for backend in [NFT, NATIVE] {
+    for backend in [LEGACY, NFT, NATIVE] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
         let first = Arc::new(backend.desired(&policy("nodeport-whitelist")));

@@ -448,4 +448,24 @@ impl Runner for FakeKernel {
     fn nft_generation(&self) -> Option<u32> {
         Some(self.lock().kernel.generation)
     }
+
+    /// The digest of the iptables-legacy rules without their counters, like the kernel's.
+    fn xtables_digest(&self) -> Option<[u8; 32]> {
+        use sha2::Digest as _;
+        let inner = self.lock();
+        let mut hasher = sha2::Sha256::new();
+        for (name, store) in [
+            ("iptables-legacy", &inner.kernel.legacy[0]),
+            ("ip6tables-legacy", &inner.kernel.legacy[1]),
+        ] {
+            hasher.update(store.save(None, false, name).as_bytes());
+        }
+        Some(hasher.finalize().into())
+    }
+
+    /// Nobody else writes this kernel but [`FakeKernel::foreign`], whose callers stand for a
+    /// program that ignores the lock.
+    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
+        Some(Box::new(self))
+    }
 }

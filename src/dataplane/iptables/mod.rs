@@ -11,7 +11,7 @@ pub mod parse;
 pub mod render;
 
 use super::runner::joined;
-use super::{Backend, Coverage, Dataplane, DataplaneError, run_checked};
+use super::{Backend, Coverage, Dataplane, DataplaneError, Sign, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction, TablePlan};
 use crate::ruleset::{Rule, Ruleset, Table};
@@ -133,20 +133,21 @@ impl Backend for Iptables {
         )
     }
 
-    fn generation_covers(&self) -> Coverage {
+    fn sign(&self) -> Sign {
         if self.legacy {
-            Coverage::Nothing
+            Sign::XtablesDigest
         } else {
-            Coverage::Rules
+            Sign::NfGeneration
         }
     }
 
+    fn sign_covers(&self) -> Coverage {
+        Coverage::Rules
+    }
+
     /// The chains and jumps as cached, the sets read again (`ipset save`): ipsets are outside
-    /// nf_tables and its generation.
+    /// x_tables, nf_tables and their signs.
     fn refresh(&self, dataplane: &Dataplane<'_>, cached: &State) -> Result<State, DataplaneError> {
-        if self.legacy {
-            return self.observe(dataplane);
-        }
         let sets = run_checked(dataplane.runner, "ipset", &["save"], None)?;
         let mut state = State {
             tables: cached.tables.clone(),

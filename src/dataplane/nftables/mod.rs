@@ -91,7 +91,7 @@ impl Backend for Nftables {
     }
 
     /// Our tables, chains and sets are all nf_tables objects.
-    fn generation_covers(&self) -> super::Coverage {
+    fn sign_covers(&self) -> super::Coverage {
         super::Coverage::Everything
     }
 }

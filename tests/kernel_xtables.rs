@@ -1,0 +1,147 @@
+//! The sign the daemon trusts iptables-legacy's cached view by: the digest of the x_tables
+//! rules, read with two `getsockopt`s per table. It must stay the same while only the
+//! counters move (traffic), and change with any rule: added, removed, or replaced by one of
+//! the same size, which the entry count and size of `IPT_SO_GET_INFO` cannot see. And the
+//! xtables lock the daemon holds around a cached reconcile must keep other iptables commands
+//! out while letting its own through.
+
+mod support;
+
+use nodeport_guard::dataplane::xtables::{XtablesLock, digest};
+use support::Netns;
+
+fn digest_in(netns: &Netns) -> [u8; 32] {
+    netns
+        .run(digest)
+        .unwrap_or_else(|error| panic!("digest in {}: {error}", netns.name()))
+}
+
+/// Runs `iptables-legacy` (or `ip6tables-legacy`) with `-w 30` in `netns`.
+#[track_caller]
+fn legacy(netns: &Netns, program: &str, rule: &str) {
+    let mut args = vec!["-w", "30"];
+    args.extend(rule.split_whitespace());
+    netns.exec_ok(program, &args);
+}
+
+/// The packet counter of the first rule of `chain` in `table`.
+fn first_rule_packets(netns: &Netns, table: &str, chain: &str) -> u64 {
+    let listing = netns.exec_ok(
+        "iptables-legacy",
+        &["-w", "30", "-t", table, "-L", chain, "-v", "-x", "-n"],
+    );
+    listing
+        .lines()
+        .nth(2)
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|packets| packets.parse().ok())
+        .unwrap_or_else(|| panic!("no first rule in\n{listing}"))
+}
+
+#[test]
+fn the_digest_follows_the_rules_and_ignores_the_counters() {
+    support::require_kernel!();
+    let netns = Netns::new();
+    netns.ip(&["link", "set", "lo", "up"]);
+    let empty = digest_in(&netns);
+    assert_eq!(digest_in(&netns), empty, "two readings of the same rules");
+
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t mangle -A OUTPUT -s 192.0.2.1 -j ACCEPT",
+    );
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t mangle -A OUTPUT -o lo -j ACCEPT",
+    );
+    let two_rules = digest_in(&netns);
+    assert_ne!(two_rules, empty, "rules added");
+
+    // Traffic moves the counters, not the digest.
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t mangle -I OUTPUT 1 -o lo -j ACCEPT",
+    );
+    let counted = digest_in(&netns);
+    let before = first_rule_packets(&netns, "mangle", "OUTPUT");
+    netns.run(|| {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for _ in 0..3 {
+            socket.send_to(b"count me", "127.0.0.1:9").expect("send");
+        }
+    });
+    assert!(
+        first_rule_packets(&netns, "mangle", "OUTPUT") > before,
+        "the datagrams did not move the counters"
+    );
+    assert_eq!(digest_in(&netns), counted, "only counters moved");
+
+    // A rule replaced by one of the same size: same entry count, same table size.
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t mangle -R OUTPUT 2 -s 192.0.2.2 -j ACCEPT",
+    );
+    let replaced = digest_in(&netns);
+    assert_ne!(replaced, counted, "a source address changed");
+
+    // Deleting it again brings back an earlier digest: the digest is of content, not of time.
+    legacy(&netns, "iptables-legacy", "-t mangle -D OUTPUT 1");
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t mangle -R OUTPUT 1 -s 192.0.2.1 -j ACCEPT",
+    );
+    assert_eq!(digest_in(&netns), two_rules, "the same rules as before");
+
+    // IPv6 rules count too, and so does a table that appears.
+    legacy(
+        &netns,
+        "ip6tables-legacy",
+        "-t raw -A PREROUTING -s 2001:db8::1 -j ACCEPT",
+    );
+    assert_ne!(digest_in(&netns), two_rules, "an IPv6 rule");
+    let with_v6 = digest_in(&netns);
+    legacy(&netns, "iptables-legacy", "-t nat -L -n");
+    legacy(
+        &netns,
+        "iptables-legacy",
+        "-t nat -A POSTROUTING -o lo -j RETURN",
+    );
+    assert_ne!(digest_in(&netns), with_v6, "a rule in another table");
+}
+
+#[test]
+fn the_xtables_lock_keeps_other_iptables_out_and_lets_ours_in() {
+    support::require_kernel!();
+    let netns = Netns::new();
+    let lock = XtablesLock::take(std::time::Duration::from_secs(30)).expect("the xtables lock");
+    // Another program, waiting a second (iptables 1.8.9 would otherwise wait for ever):
+    // refused while the lock is held.
+    let other = netns.exec(
+        "iptables-legacy",
+        &["-w", "1", "-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"],
+    );
+    assert!(!other.success(), "a write got past the lock: {other}");
+    // Ours take the lock file beside it.
+    let ours = std::process::Command::new("ip")
+        .args(["netns", "exec", netns.name(), "iptables-legacy"])
+        .args(["-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"])
+        .env("XTABLES_LOCKFILE", lock.children_lock_file())
+        .output()
+        .expect("run iptables-legacy");
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    drop(lock);
+    let after = netns.exec(
+        "iptables-legacy",
+        &["-w", "5", "-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"],
+    );
+    assert!(after.success(), "the lock was not released: {after}");
+}
