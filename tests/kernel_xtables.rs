@@ -10,7 +10,7 @@ mod support;
 use nodeport_guard::dataplane::xtables::{XtablesLock, digest};
 use support::Netns;
 
-fn digest_in(netns: &Netns) -> [u8; 32] {
+fn digest_in(netns: &Netns) -> u128 {
     netns
         .run(digest)
         .unwrap_or_else(|error| panic!("digest in {}: {error}", netns.name()))

@@ -42,7 +42,7 @@ pub trait Runner: Send + Sync {
     /// A digest of every iptables-legacy rule of the network namespace (see
     /// [`super::xtables`]): the same exactly when the rules are. `None` when it cannot be
     /// read.
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
+    fn xtables_digest(&self) -> Option<u128> {
         None
     }
 
@@ -52,6 +52,11 @@ pub trait Runner: Send + Sync {
     /// taken.
     fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
         None
+    }
+
+    /// Whether this runner holds the xtables lock (one [`Runner::holding_xtables_lock`] gave).
+    fn holds_xtables_lock(&self) -> bool {
+        false
     }
 
     /// Runs `program` with `args` and hands each line of its stdout to `line` as it comes;
@@ -90,12 +95,16 @@ impl<R: Runner + ?Sized> Runner for &R {
         (**self).nft_generation()
     }
 
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
+    fn xtables_digest(&self) -> Option<u128> {
         (**self).xtables_digest()
     }
 
     fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
         (**self).holding_xtables_lock()
+    }
+
+    fn holds_xtables_lock(&self) -> bool {
+        (**self).holds_xtables_lock()
     }
 
     fn run_lines(
@@ -194,7 +203,7 @@ impl Runner for SystemRunner {
             .ok()
     }
 
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
+    fn xtables_digest(&self) -> Option<u128> {
         super::xtables::digest()
             .inspect_err(|error| {
                 tracing::debug!(%error, "cannot read the x_tables rules");
@@ -281,8 +290,12 @@ impl Runner for Locked {
         SystemRunner.nft_generation()
     }
 
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
+    fn xtables_digest(&self) -> Option<u128> {
         SystemRunner.xtables_digest()
+    }
+
+    fn holds_xtables_lock(&self) -> bool {
+        true
     }
 }
 

@@ -109,7 +109,7 @@ enum Stamp {
     /// The nf_tables generation.
     Generation(u32),
     /// The digest of the x_tables rules, read under the xtables lock.
-    Digest([u8; 32]),
+    Digest(u128),
 }
 
 impl Stamp {
@@ -184,17 +184,25 @@ fn reconcile_signed(
     sign: &dyn Fn(&dyn crate::dataplane::Runner) -> Option<Stamp>,
 ) -> Result<(Outcome, Read), ReconcileError> {
     let cached = cache.take();
-    let Some(start) = sign(dataplane.runner) else {
+    // With a view to trust, what the sign does not cover (ipsets) is read while the sign is:
+    // x_tables' digest takes tens of milliseconds at thousands of rules.
+    let (start, refreshed) = match &cached {
+        Some(cached) => std::thread::scope(|scope| {
+            let refreshed = scope.spawn(|| dataplane.backend.refresh(dataplane, &cached.state));
+            let start = sign(dataplane.runner);
+            (start, Some(crate::dataplane::runner::joined(refreshed)))
+        }),
+        None => (sign(dataplane.runner), None),
+    };
+    let Some(start) = start else {
         return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
     };
-    let (before, read, valid_from) = match cached {
-        Some(cached) if cached.sign == start => {
-            let before = dataplane
-                .backend
-                .refresh(dataplane, &cached.state)
-                .map_err(ReconcileError::Observe)?;
-            (before, Read::Cached, Some(start))
-        }
+    let (before, read, valid_from) = match (cached, refreshed) {
+        (Some(cached), Some(refreshed)) if cached.sign == start => (
+            refreshed.map_err(ReconcileError::Observe)?,
+            Read::Cached,
+            Some(start),
+        ),
         _ => {
             let before = dataplane.observe().map_err(ReconcileError::Observe)?;
             // Read in one piece only if nothing changed while it was read.
@@ -281,8 +289,12 @@ impl crate::dataplane::Runner for Counting<'_> {
         self.inner.nft_generation()
     }
 
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
+    fn xtables_digest(&self) -> Option<u128> {
         self.inner.xtables_digest()
+    }
+
+    fn holds_xtables_lock(&self) -> bool {
+        self.inner.holds_xtables_lock()
     }
 }
 

@@ -450,17 +450,13 @@ impl Runner for FakeKernel {
     }
 
     /// The digest of the iptables-legacy rules without their counters, like the kernel's.
-    fn xtables_digest(&self) -> Option<[u8; 32]> {
-        use sha2::Digest as _;
+    fn xtables_digest(&self) -> Option<u128> {
         let inner = self.lock();
-        let mut hasher = sha2::Sha256::new();
-        for (name, store) in [
-            ("iptables-legacy", &inner.kernel.legacy[0]),
-            ("ip6tables-legacy", &inner.kernel.legacy[1]),
-        ] {
-            hasher.update(store.save(None, false, name).as_bytes());
-        }
-        Some(hasher.finalize().into())
+        let saves = [
+            inner.kernel.legacy[0].save(None, false, "iptables-legacy"),
+            inner.kernel.legacy[1].save(None, false, "ip6tables-legacy"),
+        ];
+        Some(super::xtables::fingerprinter().of(&saves))
     }
 
     /// Nobody else writes this kernel but [`FakeKernel::foreign`], whose callers stand for a

@@ -387,7 +387,8 @@ fn apply(
         let script = table_script(table);
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
         let lock = xtables_lock_path();
-        let busy = iptables.legacy && xtables_lock_busy(&lock);
+        let busy =
+            iptables.legacy && !dataplane.runner.holds_xtables_lock() && xtables_lock_busy(&lock);
         if busy {
             tracing::warn!(
                 table = %table.key,
@@ -422,9 +423,10 @@ fn apply(
 }
 
 /// The lock file iptables-legacy takes, host-wide (also inside network namespaces):
-/// `XTABLES_LOCKFILE` if set, as iptables reads it, else `/run/xtables.lock`.
+/// `XTABLES_LOCKFILE` if set and not empty, as iptables reads it, else `/run/xtables.lock`.
 pub fn xtables_lock_path() -> std::path::PathBuf {
     std::env::var_os("XTABLES_LOCKFILE")
+        .filter(|path| !path.is_empty())
         .map_or_else(|| "/run/xtables.lock".into(), std::path::PathBuf::from)
 }
 
