@@ -88,6 +88,15 @@ struct Daemon {
     drop_log: Option<Arc<drops::DropLog>>,
 }
 
+/// What a reload compiled and rendered, and how its reconcile went.
+struct Reconciled {
+    compiled: compile::Compiled,
+    desired: Arc<State>,
+    compiled_at: Instant,
+    desired_at: Instant,
+    result: Result<(reconcile::Outcome, reconcile::Read), reconcile::ReconcileError>,
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
 pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
@@ -285,6 +294,60 @@ impl Daemon {
         )
     }
 
+    /// Compiles and renders `model` and reconciles the kernel with it. With iptables-legacy
+    /// the first reading of the kernel (the xtables lock, the digest of its rules, the ipsets)
+    /// is taken on a thread meanwhile: it takes tens of milliseconds at thousands of rules, as
+    /// long as the compile. The lock is then held a little longer; only for x_tables, whose
+    /// digest is read under it, does reading it early leave the reconcile exact.
+    fn compile_and_reconcile(&mut self, model: &Model, facts: &HostFacts) -> Reconciled {
+        let runner = Arc::clone(&self.runner);
+        let ahead = (self.backend.sign() == crate::dataplane::Sign::XtablesDigest
+            && self.cache.is_some())
+        .then(|| {
+            (
+                Dataplane::new(
+                    self.backend,
+                    runner.as_ref(),
+                    IpFamily::BOTH.to_vec(),
+                    &self.settings.state_dir,
+                ),
+                self.cache.clone(),
+            )
+        });
+        std::thread::scope(|scope| {
+            let first = ahead.as_ref().map(|(dataplane, cached)| {
+                scope.spawn(move || reconcile::FirstRead::take(dataplane, cached.as_ref()))
+            });
+            let compiled =
+                compile::compile_with(model, &self.settings.config, facts, &mut self.compile_memo);
+            let compiled_at = Instant::now();
+            let desired = self
+                .backend
+                .desired_with(&compiled.ruleset, &mut self.render_memo);
+            let desired_at = Instant::now();
+            let dataplane = Dataplane::new(
+                self.backend,
+                runner.as_ref(),
+                compiled.ruleset.ip_families(),
+                &self.settings.state_dir,
+            );
+            let first = match first {
+                Some(first) => crate::dataplane::runner::joined(first),
+                None => reconcile::FirstRead::take(&dataplane, self.cache.as_ref()),
+            };
+            let mut cache = self.cache.take();
+            let result = reconcile::reconcile_after(&dataplane, &desired, &mut cache, first);
+            self.cache = cache;
+            Reconciled {
+                compiled,
+                desired,
+                compiled_at,
+                desired_at,
+                result,
+            }
+        })
+    }
+
     fn handle(&mut self, event: Event) {
         let started = Instant::now();
         if let Ok(mut metrics) = self.metrics.lock() {
@@ -333,25 +396,17 @@ impl Daemon {
             }
             return;
         }
-        let compiled = compile::compile_with(
-            &set.model,
-            &self.settings.config,
-            &facts,
-            &mut self.compile_memo,
-        );
-        let compiled_at = Instant::now();
-        let desired = self
-            .backend
-            .desired_with(&compiled.ruleset, &mut self.render_memo);
-        let desired_at = Instant::now();
         if matches!(event, Event::Resync | Event::Reload) {
             // The resync timer and SIGHUP read the whole kernel, whatever the sign says.
             self.cache = None;
         }
-        let families = compiled.ruleset.ip_families();
-        let mut cache = self.cache.take();
-        let result = reconcile::reconcile_cached(&self.dataplane(families), &desired, &mut cache);
-        self.cache = cache;
+        let Reconciled {
+            compiled,
+            desired,
+            compiled_at,
+            desired_at,
+            result,
+        } = self.compile_and_reconcile(&set.model, &facts);
         let written_at = Instant::now();
         match result {
             Ok((outcome, read)) => {

@@ -285,6 +285,11 @@ impl<'r> Dataplane<'r> {
         }
     }
 
+    /// The same backend and families, run through `runner`.
+    pub fn with_runner<'s>(&self, runner: &'s dyn Runner) -> Dataplane<'s> {
+        Dataplane::new(self.backend, runner, self.families.clone(), &self.state_dir)
+    }
+
     /// Reads what the kernel holds of ours, with rule counters.
     pub fn observe(&self) -> Result<State, DataplaneError> {
         self.backend.observe(self)

@@ -147,57 +147,92 @@ pub fn reconcile_cached(
     desired: &std::sync::Arc<State>,
     cache: &mut Option<Cached>,
 ) -> Result<(Outcome, Read), ReconcileError> {
-    use crate::dataplane::{Coverage, Runner, Sign};
-    if dataplane.backend.sign_covers() == Coverage::Nothing {
-        *cache = None;
-        return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
-    }
-    match dataplane.backend.sign() {
-        Sign::NfGeneration => {
-            reconcile_signed(dataplane, desired, cache, &|runner: &dyn Runner| {
-                runner.nft_generation().map(Stamp::Generation)
-            })
+    let first = FirstRead::take(dataplane, cache.as_ref());
+    reconcile_after(dataplane, desired, cache, first)
+}
+
+/// The first reading of a [`reconcile_cached`]: the kernel's sign, what it does not cover
+/// (ipsets) read beside it when there is a view to trust, and for iptables-legacy the xtables
+/// lock, held from then on. The daemon takes it while it compiles (the x_tables digest takes
+/// tens of milliseconds at thousands of rules) and hands it to [`reconcile_after`].
+pub struct FirstRead<'r> {
+    /// The runner holding the xtables lock (iptables-legacy).
+    locked: Option<Box<dyn crate::dataplane::Runner + 'r>>,
+    /// The sign, or `None`: no sign to trust (none read, or the lock not taken).
+    start: Option<Stamp>,
+    /// The view refreshed, read at `start`.
+    refreshed: Option<Result<State, DataplaneError>>,
+}
+
+impl<'r> FirstRead<'r> {
+    /// Reads the sign of `dataplane`'s kernel and, with a `cached` view, what the sign does not
+    /// cover.
+    pub fn take(dataplane: &Dataplane<'r>, cached: Option<&Cached>) -> FirstRead<'r> {
+        use crate::dataplane::{Coverage, Sign};
+        let unsigned = FirstRead {
+            locked: None,
+            start: None,
+            refreshed: None,
+        };
+        if dataplane.backend.sign_covers() == Coverage::Nothing {
+            return unsigned;
         }
-        Sign::XtablesDigest => {
-            let Some(locked) = dataplane.runner.holding_xtables_lock() else {
-                *cache = None;
-                return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
-            };
-            let dataplane = Dataplane {
-                backend: dataplane.backend,
-                runner: &*locked,
-                families: dataplane.families.clone(),
-                state_dir: dataplane.state_dir.clone(),
-            };
-            reconcile_signed(&dataplane, desired, cache, &|runner: &dyn Runner| {
-                runner.xtables_digest().map(Stamp::Digest)
-            })
+        let locked = match dataplane.backend.sign() {
+            Sign::NfGeneration => None,
+            Sign::XtablesDigest => match dataplane.runner.holding_xtables_lock() {
+                Some(locked) => Some(locked),
+                None => return unsigned,
+            },
+        };
+        let reader = locked.as_deref().map_or_else(
+            || dataplane.with_runner(dataplane.runner),
+            |runner| dataplane.with_runner(runner),
+        );
+        let (start, refreshed) = match cached {
+            Some(cached) => std::thread::scope(|scope| {
+                let refreshed = scope.spawn(|| reader.backend.refresh(&reader, &cached.state));
+                let start = read_sign(&reader);
+                (start, Some(crate::dataplane::runner::joined(refreshed)))
+            }),
+            None => (read_sign(&reader), None),
+        };
+        FirstRead {
+            locked,
+            start,
+            refreshed,
         }
     }
 }
 
-/// [`reconcile_cached`] with the kernel's sign read by `sign`.
-fn reconcile_signed(
+/// The kernel's sign as `dataplane`'s backend reads it.
+fn read_sign(dataplane: &Dataplane<'_>) -> Option<Stamp> {
+    match dataplane.backend.sign() {
+        crate::dataplane::Sign::NfGeneration => {
+            dataplane.runner.nft_generation().map(Stamp::Generation)
+        }
+        crate::dataplane::Sign::XtablesDigest => {
+            dataplane.runner.xtables_digest().map(Stamp::Digest)
+        }
+    }
+}
+
+/// [`reconcile_cached`] after its [`FirstRead`], taken of the same kernel with the `cache` of
+/// now.
+pub fn reconcile_after(
     dataplane: &Dataplane<'_>,
     desired: &std::sync::Arc<State>,
     cache: &mut Option<Cached>,
-    sign: &dyn Fn(&dyn crate::dataplane::Runner) -> Option<Stamp>,
+    first: FirstRead<'_>,
 ) -> Result<(Outcome, Read), ReconcileError> {
     let cached = cache.take();
-    // With a view to trust, what the sign does not cover (ipsets) is read while the sign is:
-    // x_tables' digest takes tens of milliseconds at thousands of rules.
-    let (start, refreshed) = match &cached {
-        Some(cached) => std::thread::scope(|scope| {
-            let refreshed = scope.spawn(|| dataplane.backend.refresh(dataplane, &cached.state));
-            let start = sign(dataplane.runner);
-            (start, Some(crate::dataplane::runner::joined(refreshed)))
-        }),
-        None => (sign(dataplane.runner), None),
-    };
-    let Some(start) = start else {
+    let Some(start) = first.start else {
         return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
     };
-    let (before, read, valid_from) = match (cached, refreshed) {
+    let dataplane = match first.locked.as_deref() {
+        Some(locked) => dataplane.with_runner(locked),
+        None => dataplane.with_runner(dataplane.runner),
+    };
+    let (before, read, valid_from) = match (cached, first.refreshed) {
         (Some(cached), Some(refreshed)) if cached.sign == start => (
             refreshed.map_err(ReconcileError::Observe)?,
             Read::Cached,
@@ -206,7 +241,7 @@ fn reconcile_signed(
         _ => {
             let before = dataplane.observe().map_err(ReconcileError::Observe)?;
             // Read in one piece only if nothing changed while it was read.
-            let after_read = sign(dataplane.runner);
+            let after_read = read_sign(&dataplane);
             (
                 before,
                 Read::Whole,
@@ -215,15 +250,9 @@ fn reconcile_signed(
         }
     };
     let counting = Counting::new(dataplane.runner);
-    let writer = Dataplane {
-        backend: dataplane.backend,
-        runner: &counting,
-        families: dataplane.families.clone(),
-        state_dir: dataplane.state_dir.clone(),
-    };
-    let outcome = apply_against(&writer, desired, before)?;
+    let outcome = apply_against(&dataplane.with_runner(&counting), desired, before)?;
     let commits = counting.commits();
-    if let (Some(from), Some(now)) = (valid_from, sign(dataplane.runner))
+    if let (Some(from), Some(now)) = (valid_from, read_sign(&dataplane))
         && now.follows(from, commits)
     {
         // Written and verified, or found to need nothing: either way the kernel holds what the
