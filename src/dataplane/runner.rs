@@ -132,6 +132,16 @@ impl SystemRunner {
             .map(|dir| dir.join(program))
             .find(|candidate| candidate.is_file())
     }
+
+    /// The path of `program`, or an error naming it.
+    fn found(program: &str) -> std::io::Result<PathBuf> {
+        Self::resolve(program).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{program}` not found"),
+            )
+        })
+    }
 }
 
 /// How long the daemon waits for the xtables lock before it reads the kernel whole instead.
@@ -144,12 +154,7 @@ fn run_program(
     stdin: Option<&[u8]>,
     lock_file: Option<&std::path::Path>,
 ) -> std::io::Result<Output> {
-    let path = SystemRunner::resolve(program).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("`{program}` not found"),
-        )
-    })?;
+    let path = SystemRunner::found(program)?;
     let started = Instant::now();
     let mut command = Command::new(path);
     if let Some(lock_file) = lock_file {
@@ -228,12 +233,7 @@ impl Runner for SystemRunner {
         line: &mut dyn FnMut(&str) -> bool,
     ) -> std::io::Result<Output> {
         use std::io::{BufRead as _, Read as _};
-        let path = Self::resolve(program).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("`{program}` not found"),
-            )
-        })?;
+        let path = Self::found(program)?;
         let mut child = Command::new(path)
             .args(args)
             .stdin(Stdio::null())
