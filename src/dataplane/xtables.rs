@@ -207,7 +207,7 @@ impl XtablesLock {
     /// Takes the lock iptables takes (`XTABLES_LOCKFILE` or `/run/xtables.lock`), waiting up
     /// to `wait` for whoever holds it.
     pub fn take(wait: Duration) -> io::Result<XtablesLock> {
-        let path = super::iptables::xtables_lock_path();
+        let path = lock_path();
         let children = children_lock_file(&path);
         let deadline = Instant::now() + wait;
         let mut file = open(&path)?;
@@ -232,6 +232,14 @@ impl XtablesLock {
     pub fn children_lock_file(&self) -> &Path {
         &self.children
     }
+}
+
+/// The lock file iptables-legacy takes, host-wide (also inside network namespaces):
+/// `XTABLES_LOCKFILE` if set and not empty, as iptables reads it, else `/run/xtables.lock`.
+pub fn lock_path() -> PathBuf {
+    std::env::var_os("XTABLES_LOCKFILE")
+        .filter(|path| !path.is_empty())
+        .map_or_else(|| "/run/xtables.lock".into(), PathBuf::from)
 }
 
 fn open(path: &Path) -> io::Result<std::fs::File> {

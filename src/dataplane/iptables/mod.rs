@@ -386,7 +386,7 @@ fn apply(
         let (_, restore) = iptables.programs(table.key.family);
         let script = table_script(table);
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
-        let lock = xtables_lock_path();
+        let lock = super::xtables::lock_path();
         let busy =
             iptables.legacy && !dataplane.runner.holds_xtables_lock() && xtables_lock_busy(&lock);
         if busy {
@@ -420,14 +420,6 @@ fn apply(
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
     Ok(())
-}
-
-/// The lock file iptables-legacy takes, host-wide (also inside network namespaces):
-/// `XTABLES_LOCKFILE` if set and not empty, as iptables reads it, else `/run/xtables.lock`.
-pub fn xtables_lock_path() -> std::path::PathBuf {
-    std::env::var_os("XTABLES_LOCKFILE")
-        .filter(|path| !path.is_empty())
-        .map_or_else(|| "/run/xtables.lock".into(), std::path::PathBuf::from)
 }
 
 /// Whether another process holds the xtables lock at `path` now. The file is never created; a
