@@ -219,6 +219,21 @@ pub(crate) fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// Waits (up to a minute) until `pid` used no CPU for a whole second.
+fn wait_at_rest(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = cpu_time(pid);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = cpu_time(pid);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+    println!("  the daemon did not come to rest within a minute");
+}
+
 pub(crate) fn idle_scenario(opts: &Opts, report: &mut Report) {
     let window = Duration::from_secs(if opts.quick { 15 } else { 60 });
     for &backend in &opts.backends {
@@ -232,8 +247,11 @@ pub(crate) fn idle_scenario(opts: &Opts, report: &mut Report) {
         site.write_policy("reload.yaml", &reload_policy(addr::CLIENT_V4[1]));
         let daemon = Daemon::start(&site, lab.node());
         wait_for_guard(&lab, addr::CLIENT_V4[1], addr::CLIENT_V4[2]);
-        std::thread::sleep(Duration::from_secs(2));
         let pid = daemon.pid();
+        // The rules work before the daemon is done (it verifies, records the applied state,
+        // reads counters); at 10,000 policies that takes seconds. At rest means its CPU time
+        // stopped moving.
+        wait_at_rest(pid);
         let cpu_before = cpu_time(pid);
         let switches_before = status_kib(pid, "voluntary_ctxt_switches:")
             + status_kib(pid, "nonvoluntary_ctxt_switches:");
