@@ -105,7 +105,6 @@ fn the_digest_follows_the_rules_and_ignores_the_counters() {
     );
     assert_ne!(digest_in(&netns), two_rules, "an IPv6 rule");
     let with_v6 = digest_in(&netns);
-    legacy(&netns, "iptables-legacy", "-t nat -L -n");
     legacy(
         &netns,
         "iptables-legacy",
@@ -126,9 +125,10 @@ fn the_xtables_lock_keeps_other_iptables_out_and_lets_ours_in() {
         &["-w", "1", "-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"],
     );
     assert!(!other.success(), "a write got past the lock: {other}");
-    // Ours take the lock file beside it.
+    // Ours take the lock file beside it (with `-w 1` too, so that a lock file not passed on
+    // fails here instead of waiting for ever).
     let ours = std::process::Command::new("ip")
-        .args(["netns", "exec", netns.name(), "iptables-legacy"])
+        .args(["netns", "exec", netns.name(), "iptables-legacy", "-w", "1"])
         .args(["-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"])
         .env("XTABLES_LOCKFILE", lock.children_lock_file())
         .output()

@@ -294,9 +294,9 @@ impl Daemon {
         )
     }
 
-    /// Compiles and renders `model` and reconciles the kernel with it. With iptables-legacy
-    /// the first reading of the kernel (the xtables lock, the digest of its rules, the ipsets)
-    /// is taken on a thread meanwhile: it takes tens of milliseconds at thousands of rules, as
+    /// Compiles and renders `model` and reconciles the kernel with it. With iptables-legacy and
+    /// a cached view to check, the first reading of the kernel (the xtables lock, the digest of
+    /// its rules, the ipsets) is taken on a thread meanwhile: it takes tens of milliseconds at thousands of rules, as
     /// long as the compile. The lock is then held a little longer; only for x_tables, whose
     /// digest is read under it, does reading it early leave the reconcile exact.
     fn compile_and_reconcile(&mut self, model: &Model, facts: &HostFacts) -> Reconciled {

@@ -184,10 +184,7 @@ impl<'r> FirstRead<'r> {
                 None => return unsigned,
             },
         };
-        let reader = locked.as_deref().map_or_else(
-            || dataplane.with_runner(dataplane.runner),
-            |runner| dataplane.with_runner(runner),
-        );
+        let reader = dataplane.with_runner(locked.as_deref().unwrap_or(dataplane.runner));
         let (start, refreshed) = match cached {
             Some(cached) => std::thread::scope(|scope| {
                 let refreshed = scope.spawn(|| reader.backend.refresh(&reader, &cached.state));
@@ -228,10 +225,7 @@ pub fn reconcile_after(
     let Some(start) = first.start else {
         return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
     };
-    let dataplane = match first.locked.as_deref() {
-        Some(locked) => dataplane.with_runner(locked),
-        None => dataplane.with_runner(dataplane.runner),
-    };
+    let dataplane = dataplane.with_runner(first.locked.as_deref().unwrap_or(dataplane.runner));
     let (before, read, valid_from) = match (cached, first.refreshed) {
         (Some(cached), Some(refreshed)) if cached.sign == start => (
             refreshed.map_err(ReconcileError::Observe)?,
