@@ -1,5 +1,5 @@
 //! What the daemon keeps between reloads, piece by piece, in heap bytes (counted by a global
-//! allocator): the parse cache, the model, the compile memo, the rendered state and its memo.
+//! allocator): the validated-file cache, the model, the compile memo, the rendered state and its memo.
 //! `cargo run --release --example profile_memory 1000`.
 
 #![allow(missing_docs)]
@@ -34,7 +34,7 @@ fn main() {
     let backend = nodeport_guard::dataplane::by_name("nftables").expect("backend");
 
     let start = in_use();
-    let mut parse_cache = nodeport_guard::load::ParseCache::default();
+    let mut parse_cache = nodeport_guard::policy_set::Cache::default();
     let set = nodeport_guard::policy_set::load_cached(&paths, options, &mut parse_cache);
     assert!(set.is_valid());
     let with_set = in_use();
@@ -52,7 +52,7 @@ fn main() {
     let kept = in_use();
     println!("{policies} policies, heap in use (what a daemon keeps):");
     println!(
-        "  parse cache (file texts and parsed documents): {}",
+        "  validated-file cache and model: {}",
         mib(with_model - start)
     );
     println!(

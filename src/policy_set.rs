@@ -1,15 +1,18 @@
 //! A policy directory, loaded and validated as one set, and compiled for this host: the first
 //! half of the pipeline as every command and the daemon run it.
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::compile::{self, Compiled};
 use crate::diagnostic::{self, Diagnostic};
+use crate::digest::Fingerprinter;
 use crate::facts::HostFacts;
 use crate::load;
 use crate::model::Model;
 use crate::settings::Settings;
-use crate::source::Sources;
+use crate::source::{FileId, Sources};
 use crate::validate;
 
 /// The outcome of loading and validating a policy directory.
@@ -52,14 +55,99 @@ pub fn load_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
     validated(load::load_paths_with(paths, options))
 }
 
-/// [`load_with`], parsing only the files whose text changed since the read that filled
-/// `cache` (the daemon's reloads).
-pub fn load_cached(
-    paths: &[PathBuf],
-    options: load::LoadOptions,
-    cache: &mut load::ParseCache,
-) -> PolicySet {
-    validated(load::load_paths_cached(paths, options, cache))
+/// [`load_with`], parsing and checking only the files whose text changed since the read that
+/// filled `cache` (the daemon's reloads). The result is the same as [`load_with`]'s.
+pub fn load_cached(paths: &[PathBuf], options: load::LoadOptions, cache: &mut Cache) -> PolicySet {
+    let previous = std::mem::take(&mut cache.files);
+    let fingerprinter = &cache.fingerprinter;
+    let mut known = HashMap::new();
+    let mut loaded = load::load_paths_known(paths, options, &mut |path, file, text| {
+        let Some(entry) = previous.get(path) else {
+            return false;
+        };
+        let same = entry.file == file && entry.text == fingerprinter.of(text);
+        if same {
+            known.insert(file, entry.resources.clone());
+        }
+        same
+    });
+    let with_diagnostics: HashSet<FileId> = loaded
+        .diagnostics
+        .iter()
+        .filter_map(|diagnostic| diagnostic.file)
+        .collect();
+    let resources = std::mem::take(&mut loaded.resources);
+    let inputs = file_inputs(&loaded.sources, &resources, &mut known);
+    let validated = validate::validate_files(&loaded.sources, &inputs);
+    drop(inputs);
+    drop(resources);
+    let set = assembled(loaded, validated.model, validated.diagnostics);
+    for (reusable, (file, source)) in validated.reusable.iter().zip(set.sources.iter()) {
+        if let Some(resources) = reusable
+            && !with_diagnostics.contains(&file)
+        {
+            cache.files.insert(
+                source.path.clone(),
+                CachedFile {
+                    file,
+                    text: fingerprinter.of(&source.text),
+                    resources: resources.clone(),
+                },
+            );
+        }
+    }
+    set
+}
+
+/// What the daemon keeps of the policy files it read: for each file that had no diagnostic,
+/// a fingerprint of its text, its position in the read, and what validation made of it. The
+/// file's text is not kept.
+#[derive(Debug, Default)]
+pub struct Cache {
+    files: HashMap<PathBuf, CachedFile>,
+    fingerprinter: Fingerprinter,
+}
+
+#[derive(Debug)]
+struct CachedFile {
+    /// The file's id in the read that checked it: its resources' origins point there.
+    file: FileId,
+    text: u128,
+    resources: Arc<[validate::CheckedResource]>,
+}
+
+impl Cache {
+    /// How many files are kept.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no file is kept.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+/// One input per file read, in order: the resources parsed, or those `known` holds for it.
+fn file_inputs<'a>(
+    sources: &Sources,
+    resources: &'a [(FileId, crate::spec::RawResource)],
+    known: &mut HashMap<FileId, Arc<[validate::CheckedResource]>>,
+) -> Vec<validate::FileInput<'a>> {
+    let mut parsed = resources.chunk_by(|a, b| a.0 == b.0).peekable();
+    sources
+        .iter()
+        .map(|(file, _)| {
+            let resources = match known.remove(&file) {
+                Some(checked) => validate::Resources::Checked(checked),
+                None => match parsed.next_if(|chunk| chunk[0].0 == file) {
+                    Some(chunk) => validate::Resources::Raw(chunk),
+                    None => validate::Resources::Raw(&[]),
+                },
+            };
+            validate::FileInput { file, resources }
+        })
+        .collect()
 }
 
 /// Validates policy files given as texts (the files an apply recorded), as [`load`] validates
@@ -82,7 +170,11 @@ pub fn from_files(files: &[crate::counters::PolicyFile]) -> PolicySet {
 
 /// Validates what was read into a policy set.
 fn validated(loaded: load::Loaded) -> PolicySet {
-    let (model, mut diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
+    let (model, diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
+    assembled(loaded, model, diagnostics)
+}
+
+fn assembled(loaded: load::Loaded, model: Model, mut diagnostics: Vec<Diagnostic>) -> PolicySet {
     diagnostics.extend(loaded.diagnostics);
     diagnostic::sort(&mut diagnostics);
     let mut fingerprint_input = String::new();

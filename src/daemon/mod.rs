@@ -71,8 +71,9 @@ struct Daemon {
     /// x_tables digest), while nobody else changes it (see [`reconcile::reconcile_cached`]);
     /// dropped on every resync and SIGHUP.
     cache: Option<reconcile::Cached>,
-    /// The policy files parsed at the last read: a reload parses only what changed.
-    parse_cache: crate::load::ParseCache,
+    /// The policy files checked at the last read: a reload parses and validates only the files
+    /// that changed.
+    parse_cache: crate::policy_set::Cache,
     /// The policy chains last compiled: a reload compiles only the policies that changed.
     compile_memo: compile::Memo,
     /// The state last rendered: a reload renders only the chains and sets that changed.

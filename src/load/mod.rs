@@ -13,8 +13,8 @@
 //! rejecting unknown fields with their position. The single pass yields exactly what the two
 //! passes would; it only gives up earlier, and every diagnostic comes from the two passes.
 //!
-//! The parts, each using only those after it: `read` does the file system work and keeps the
-//! parse cache, `parse` splits a file into documents and turns them into resources with their
+//! The parts, each using only those after it: `read` does the file system work (and leaves
+//! unparsed the files a caller says it knows), `parse` splits a file into documents and turns them into resources with their
 //! diagnostics, `peek` is the lenient first pass and `decode` holds the serde visitors that
 //! decode a resource (in one pass, or in the second of two).
 
@@ -27,7 +27,6 @@ mod read;
 
 pub use parse::{Document, MAX_DOCUMENTS, parse_file, split_documents};
 pub use read::{
-    LoadOptions, Loaded, MAX_FILE_BYTES, ParseCache, is_policy_file_name, list_policy_files,
-    load_paths, load_paths_cached, load_paths_with, permission_problem, read_source,
-    text_from_bytes,
+    Known, LoadOptions, Loaded, MAX_FILE_BYTES, is_policy_file_name, list_policy_files, load_paths,
+    load_paths_known, load_paths_with, permission_problem, read_source, text_from_bytes,
 };

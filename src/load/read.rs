@@ -125,40 +125,21 @@ pub fn load_paths_with(paths: &[PathBuf], options: LoadOptions) -> Loaded {
     load(paths, options, None)
 }
 
-/// The resources of files parsed before, by path, with the text they were parsed from: a long
-/// running reader (the daemon) parses only the files whose text changed since its last read.
-/// Only files that parsed without a diagnostic are kept (a diagnostic names its file by the
-/// position it had in one read), and only the files of the last read.
-#[derive(Debug, Default)]
-pub struct ParseCache {
-    files: std::collections::HashMap<PathBuf, (String, Vec<RawResource>)>,
+/// Asked for each file read, before it is parsed: whether the caller already knows what the
+/// file's text holds (it keeps what it validated of an earlier read), so that the file is read
+/// but not parsed. Its arguments are the file's path, its id in this read, and its text.
+pub type Known<'a> = &'a mut dyn FnMut(&Path, FileId, &str) -> bool;
+
+/// [`load_paths_with`], leaving unparsed the files `known` says it knows (their sources are
+/// read, their resources are not in the result).
+pub fn load_paths_known(paths: &[PathBuf], options: LoadOptions, known: Known<'_>) -> Loaded {
+    load(paths, options, Some(known))
 }
 
-impl ParseCache {
-    /// The resources of `path` if it was parsed from exactly `text`.
-    fn get(&self, path: &Path, text: &str) -> Option<&[RawResource]> {
-        self.files
-            .get(path)
-            .filter(|(parsed, _)| parsed == text)
-            .map(|(_, resources)| resources.as_slice())
-    }
-}
-
-/// [`load_paths_with`], reusing (and then updating) what `cache` holds from an earlier read.
-/// The result is the same as without the cache.
-pub fn load_paths_cached(
-    paths: &[PathBuf],
-    options: LoadOptions,
-    cache: &mut ParseCache,
-) -> Loaded {
-    load(paths, options, Some(cache))
-}
-
-fn load(paths: &[PathBuf], options: LoadOptions, mut cache: Option<&mut ParseCache>) -> Loaded {
+fn load(paths: &[PathBuf], options: LoadOptions, known: Option<Known<'_>>) -> Loaded {
     let mut read = Read {
         loaded: Loaded::default(),
-        previous: cache.as_deref_mut().map(std::mem::take).unwrap_or_default(),
-        next: cache.is_some().then(ParseCache::default),
+        known,
     };
     for path in paths {
         match std::fs::metadata(path) {
@@ -196,22 +177,17 @@ fn load(paths: &[PathBuf], options: LoadOptions, mut cache: Option<&mut ParseCac
             _ => read.load_one(path, options),
         }
     }
-    if let (Some(cache), Some(next)) = (cache, read.next) {
-        *cache = next;
-    }
     read.loaded
 }
 
 /// One read of the policy files.
-struct Read {
+struct Read<'a> {
     loaded: Loaded,
-    /// What the last read parsed (empty without a cache).
-    previous: ParseCache,
-    /// What this read parsed, for the next one (`None` without a cache).
-    next: Option<ParseCache>,
+    /// Which files the caller knows and need not be parsed.
+    known: Option<Known<'a>>,
 }
 
-impl Read {
+impl Read<'_> {
     fn load_one(&mut self, path: &Path, options: LoadOptions) {
         let loaded = &mut self.loaded;
         match read_source(path) {
@@ -225,16 +201,12 @@ impl Read {
                 let id = loaded.sources.add(source);
                 check_permissions(loaded, path, Some(id), options);
                 let text = &loaded.sources.get(id).text;
-                let (resources, diagnostics) = match self.previous.get(path, text) {
-                    Some(resources) => (resources.to_vec(), Vec::new()),
-                    None => parse_file(id, loaded.sources.get(id)),
-                };
-                if let Some(next) = &mut self.next
-                    && diagnostics.is_empty()
+                if let Some(known) = &mut self.known
+                    && known(path, id, text)
                 {
-                    next.files
-                        .insert(path.to_path_buf(), (text.clone(), resources.clone()));
+                    return;
                 }
+                let (resources, diagnostics) = parse_file(id, loaded.sources.get(id));
                 loaded
                     .resources
                     .extend(resources.into_iter().map(|resource| (id, resource)));
@@ -366,89 +338,5 @@ mod tests {
                 .unwrap_err()
                 .contains("not UTF-8")
         );
-    }
-}
-
-#[cfg(test)]
-mod cache_tests {
-    use super::*;
-
-    /// What a read yields, in a comparable form: resources by file path, and diagnostics.
-    fn outcome(loaded: &Loaded) -> (Vec<String>, Vec<String>) {
-        let resources = loaded
-            .resources
-            .iter()
-            .map(|(id, resource)| {
-                format!("{}: {resource:?}", loaded.sources.get(*id).path.display())
-            })
-            .collect();
-        let diagnostics = loaded
-            .diagnostics
-            .iter()
-            .map(|d| d.headline(&loaded.sources))
-            .collect();
-        (resources, diagnostics)
-    }
-
-    fn policy(name: &str, port: u16) -> String {
-        format!(
-            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n  preDNAT: true\n  applyOnForward: true\n  ingress:\n  - action: Allow\n    protocol: TCP\n    destination:\n      ports: [{port}]\n"
-        )
-    }
-
-    #[test]
-    fn a_cached_read_yields_what_a_fresh_read_yields_as_files_change() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = [dir.path().to_path_buf()];
-        let options = LoadOptions::default();
-        let mut cache = ParseCache::default();
-        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-        let check = |cache: &mut ParseCache| {
-            let cached = load_paths_cached(&paths, options, cache);
-            let fresh = load_paths_with(&paths, options);
-            assert_eq!(outcome(&cached), outcome(&fresh));
-        };
-
-        write("b.yaml", &policy("b", 30001));
-        write("c.yaml", &policy("c", 30002));
-        check(&mut cache);
-        assert_eq!(cache.files.len(), 2);
-
-        // A file changes, another one appears before the others (file positions move), and a
-        // broken file appears: the broken one is parsed every time and never kept.
-        write("c.yaml", &policy("c", 30003));
-        write("a.yaml", &policy("a", 30004));
-        write("broken.yaml", "kind: GlobalNetworkPolicy\nspec: [\n");
-        check(&mut cache);
-        check(&mut cache);
-        assert_eq!(cache.files.len(), 3);
-        assert!(!cache.files.contains_key(&dir.path().join("broken.yaml")));
-
-        // A file changes back to an earlier text, another is removed: only present files stay.
-        write("c.yaml", &policy("c", 30002));
-        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
-        check(&mut cache);
-        assert_eq!(cache.files.len(), 2);
-        let (text, _) = &cache.files[&dir.path().join("c.yaml")];
-        assert!(text.contains("30002"));
-    }
-
-    #[test]
-    fn an_unchanged_file_is_not_parsed_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = [dir.path().to_path_buf()];
-        std::fs::write(dir.path().join("a.yaml"), policy("a", 30001)).unwrap();
-        let mut cache = ParseCache::default();
-        load_paths_cached(&paths, LoadOptions::default(), &mut cache);
-        // Plant a different result for the same text: a read that parsed the file again could
-        // not return it.
-        let path = dir.path().join("a.yaml");
-        cache.files.get_mut(&path).unwrap().1.clear();
-        let loaded = load_paths_cached(&paths, LoadOptions::default(), &mut cache);
-        assert!(loaded.resources.is_empty());
-        // Once the text changes, it is parsed.
-        std::fs::write(&path, policy("a", 30002)).unwrap();
-        let loaded = load_paths_cached(&paths, LoadOptions::default(), &mut cache);
-        assert_eq!(loaded.resources.len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::diagnostic::Diagnostic;
 use crate::model::{DEFAULT_TIER, Labels, Origin};
 use crate::source::{FileId, Sources, Span};
 use crate::spec::{API_VERSION, Kind, RawResource, RawSpec, Sp};
@@ -21,58 +22,77 @@ pub(super) struct Identity {
     pub(super) origin: Origin,
 }
 
-/// Reports a second (or later) resource of the same kind and name, and says whether this one
-/// is such a duplicate. A policy `<name>` in the default tier is the one Calico stores as
-/// `default.<name>` (`names.TieredPolicyName`), so the two spellings are one name.
-pub(super) fn check_duplicate(
-    checker: &mut Checker<'_>,
-    sources: &Sources,
-    first_definitions: &mut HashMap<(Kind, String), (FileId, Span, String)>,
-) -> bool {
-    let Some(name) = checker.resource.name() else {
-        return false;
-    };
+/// A resource's name as the duplicate check knows it: kept with a validated file, so that an
+/// unchanged file is checked against the others without being validated again.
+#[derive(Clone, Debug)]
+pub(super) struct NameKey {
+    kind: Kind,
+    /// The name as Calico stores it (a default-tier policy without its `default.` prefix).
+    stored: String,
+    /// The name as written.
+    written: String,
+    /// Where the name stands in its file.
+    span: Span,
+}
+
+/// The name under which the duplicate check knows the resource, if it has one.
+pub(super) fn name_key(resource: &RawResource) -> Option<NameKey> {
+    let name = resource.name()?;
     if name.value.is_empty() {
-        return false;
+        return None;
     }
-    let kind = checker.resource.kind.value;
+    let kind = resource.kind.value;
     let stored = match kind {
         Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy => {
             name.value.strip_prefix("default.").unwrap_or(&name.value)
         }
         _ => name.value.as_str(),
     };
-    let key = (kind, stored.to_owned());
-    if let Some((file, span, first)) = first_definitions.get(&key) {
-        let source = sources.get(*file);
-        let message = if *first == name.value {
-            format!("another `{kind}` is already named `{}`", shown(&name.value))
+    Some(NameKey {
+        kind,
+        stored: stored.to_owned(),
+        written: name.value.clone(),
+        span: resource.at(name.span),
+    })
+}
+
+/// Reports a second (or later) resource of the same kind and name, and says whether this one
+/// is such a duplicate. A policy `<name>` in the default tier is the one Calico stores as
+/// `default.<name>` (`names.TieredPolicyName`), so the two spellings are one name.
+pub(super) fn check_duplicate(
+    key: &NameKey,
+    file: FileId,
+    sources: &Sources,
+    first_definitions: &mut HashMap<(Kind, String), (FileId, Span, String)>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> bool {
+    let kind = key.kind;
+    let lookup = (kind, key.stored.clone());
+    if let Some((first_file, span, first)) = first_definitions.get(&lookup) {
+        let source = sources.get(*first_file);
+        let message = if *first == key.written {
+            format!(
+                "another `{kind}` is already named `{}`",
+                shown(&key.written)
+            )
         } else {
             format!(
-                "another `{kind}` is already named `{}`, which is the same policy: Calico stores a policy of the default tier as `default.{stored}`",
-                shown(first)
+                "another `{kind}` is already named `{}`, which is the same policy: Calico stores a policy of the default tier as `default.{}`",
+                shown(first),
+                key.stored
             )
         };
-        checker.error_help(
-            name.span,
-            message,
-            format!(
+        diagnostics.push(
+            Diagnostic::error(file, key.span, message).with_help(format!(
                 "`{}` is also defined at {}:{}",
                 shown(first),
                 source.path.display(),
                 source.line_column(span.start)
-            ),
+            )),
         );
         return true;
     }
-    first_definitions.insert(
-        key,
-        (
-            checker.file,
-            checker.resource.at(name.span),
-            name.value.clone(),
-        ),
-    );
+    first_definitions.insert(lookup, (file, key.span, key.written.clone()));
     false
 }
 

@@ -20,6 +20,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::diagnostic::Diagnostic;
 use crate::model::{
@@ -49,7 +50,7 @@ pub use values::{
 };
 
 use checker::Checker;
-use envelope::{check_api_version, check_duplicate, check_metadata};
+use envelope::{NameKey, check_api_version, check_duplicate, check_metadata, name_key};
 use host_endpoint::check_host_endpoint;
 use network_set::check_network_set;
 use policy::check_policy;
@@ -84,32 +85,150 @@ pub fn validate(
     sources: &Sources,
     resources: &[(FileId, RawResource)],
 ) -> (Model, Vec<Diagnostic>) {
+    let files: Vec<FileInput<'_>> = resources
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|chunk| FileInput {
+            file: chunk[0].0,
+            resources: Resources::Raw(chunk),
+        })
+        .collect();
+    let validated = validate_files(sources, &files);
+    (validated.model, validated.diagnostics)
+}
+
+/// One file's resources, as [`validate_files`] takes them.
+#[derive(Clone, Debug)]
+pub struct FileInput<'a> {
+    /// The file.
+    pub file: FileId,
+    /// Its resources, in document order.
+    pub resources: Resources<'a>,
+}
+
+/// A file's resources: parsed, or as an earlier validation left them.
+#[derive(Clone, Debug)]
+pub enum Resources<'a> {
+    /// Parsed and not yet checked (each paired with its file, which is this input's file).
+    Raw(&'a [(FileId, RawResource)]),
+    /// Checked by an earlier [`validate_files`] of the same text under the same [`FileId`],
+    /// without any diagnostic.
+    Checked(Arc<[CheckedResource]>),
+}
+
+/// One resource as validation left it: what the checks of the resource alone made of it, and
+/// the name the checks across resources (duplicates, tiers) need. A long-running reader keeps
+/// these for the files that had no diagnostic, so that an unchanged file is not checked again.
+#[derive(Clone, Debug)]
+pub struct CheckedResource {
+    name: Option<NameKey>,
+    checked: Option<Checked>,
+}
+
+/// What [`validate_files`] found.
+#[derive(Debug)]
+pub struct Validated {
+    /// The model (meaningful only when `diagnostics` hold no error).
+    pub model: Model,
+    /// Every problem found, sorted by file and position.
+    pub diagnostics: Vec<Diagnostic>,
+    /// For each input file, in order, its checked resources when checking them alone found
+    /// nothing to say (what may be given again as [`Resources::Checked`] while its text and
+    /// [`FileId`] stay the same); `None` for a file that had diagnostics.
+    pub reusable: Vec<Option<Arc<[CheckedResource]>>>,
+}
+
+/// [`validate`], taking for each file either its parsed resources or what an earlier
+/// validation of the same text checked. The model and diagnostics are the same as
+/// [`validate`]'s of every file parsed: the checks across resources run over all of them
+/// every time, and those of one resource depend on nothing but its file's text.
+///
+/// # Panics
+/// If a [`FileId`] in `files` does not belong to `sources`.
+pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
     let mut diagnostics = Vec::new();
+    let mut reusable = Vec::with_capacity(files.len());
+    let mut first_definitions = HashMap::new();
+    let mut kept = Vec::new();
+    for input in files {
+        let mut keep = |resource: &CheckedResource, diagnostics: &mut Vec<Diagnostic>| {
+            let duplicate = resource.name.as_ref().is_some_and(|name| {
+                check_duplicate(
+                    name,
+                    input.file,
+                    sources,
+                    &mut first_definitions,
+                    diagnostics,
+                )
+            });
+            if !duplicate {
+                kept.extend(resource.checked.clone());
+            }
+        };
+        match &input.resources {
+            Resources::Checked(checked) => {
+                for resource in checked.iter() {
+                    keep(resource, &mut diagnostics);
+                }
+                reusable.push(Some(checked.clone()));
+            }
+            Resources::Raw(resources) => {
+                let mut clean = true;
+                let mut checked = Vec::with_capacity(resources.len());
+                for (file, resource) in resources.iter() {
+                    let name = name_key(resource);
+                    // The duplicate check first, as a reader expects its message first.
+                    let duplicate = name.as_ref().is_some_and(|name| {
+                        check_duplicate(
+                            name,
+                            *file,
+                            sources,
+                            &mut first_definitions,
+                            &mut diagnostics,
+                        )
+                    });
+                    let before = diagnostics.len();
+                    let mut checker = Checker {
+                        file: *file,
+                        resource,
+                        text: &sources.get(*file).text,
+                        diagnostics: &mut diagnostics,
+                        errors: 0,
+                    };
+                    let resource = CheckedResource {
+                        name,
+                        checked: check_resource(&mut checker),
+                    };
+                    clean &= diagnostics.len() == before;
+                    if !duplicate {
+                        kept.extend(resource.checked.clone());
+                    }
+                    checked.push(resource);
+                }
+                reusable.push(clean.then(|| Arc::from(checked)));
+            }
+        }
+    }
+    let (model, diagnostics) = assemble(kept, diagnostics);
+    Validated {
+        model,
+        diagnostics,
+        reusable,
+    }
+}
+
+/// The model of the checked resources that are not duplicates, with the checks across them.
+fn assemble(kept: Vec<Checked>, mut diagnostics: Vec<Diagnostic>) -> (Model, Vec<Diagnostic>) {
     let (mut policies, mut network_sets, mut host_endpoints) = (Vec::new(), Vec::new(), Vec::new());
     let mut tiers = Vec::new();
     let (mut staged, mut staged_deletions) = (Vec::new(), Vec::new());
-    let mut first_definitions = HashMap::new();
-    for (file, resource) in resources {
-        let mut checker = Checker {
-            file: *file,
-            resource,
-            text: &sources.get(*file).text,
-            diagnostics: &mut diagnostics,
-            errors: 0,
-        };
-        let duplicate = check_duplicate(&mut checker, sources, &mut first_definitions);
-        let checked = check_resource(&mut checker);
-        if duplicate {
-            continue;
-        }
+    for checked in kept {
         match checked {
-            Some(Checked::Policy(policy)) => policies.push(policy),
-            Some(Checked::NetworkSet(set)) => network_sets.push(set),
-            Some(Checked::HostEndpoint(endpoint)) => host_endpoints.push(endpoint),
-            Some(Checked::Tier(tier)) => tiers.push(tier),
-            Some(Checked::Staged(Staged::Set(policy))) => staged.push(policy),
-            Some(Checked::Staged(Staged::Delete(deletion))) => staged_deletions.push(deletion),
-            None => {}
+            Checked::Policy(policy) => policies.push(policy),
+            Checked::NetworkSet(set) => network_sets.push(set),
+            Checked::HostEndpoint(endpoint) => host_endpoints.push(endpoint),
+            Checked::Tier(tier) => tiers.push(tier),
+            Checked::Staged(Staged::Set(policy)) => staged.push(policy),
+            Checked::Staged(Staged::Delete(deletion)) => staged_deletions.push(deletion),
         }
     }
     // Calico creates its built-in tiers in every cluster; a file may declare them too.
@@ -228,6 +347,7 @@ fn sort_resources(
 }
 
 /// A checked resource, ready for the model.
+#[derive(Clone, Debug)]
 enum Checked {
     Policy(Policy),
     NetworkSet(NetworkSet),

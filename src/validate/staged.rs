@@ -14,6 +14,7 @@ use super::policy::{check_policy, check_policy_name};
 use super::values::shown;
 
 /// A checked staged policy.
+#[derive(Clone, Debug)]
 pub(super) enum Staged {
     /// `stagedAction: Set`: evaluated, logged, never enforced.
     Set(Policy),
