@@ -174,6 +174,7 @@ fn validated(loaded: load::Loaded) -> PolicySet {
     assembled(loaded, model, diagnostics)
 }
 
+/// The policy set of what was read and what its validation found.
 fn assembled(loaded: load::Loaded, model: Model, mut diagnostics: Vec<Diagnostic>) -> PolicySet {
     diagnostics.extend(loaded.diagnostics);
     diagnostic::sort(&mut diagnostics);
