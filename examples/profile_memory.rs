@@ -72,6 +72,20 @@ fn main() {
         "  of which the model: {}",
         mib(model_bytes(&model, &mut || in_use()))
     );
+    let lines: Vec<_> = desired
+        .tables
+        .values()
+        .flat_map(|table| table.chains.values().flatten())
+        .collect();
+    let text: usize = lines.iter().map(|line| line.text.len()).sum();
+    let capacity: usize = lines.iter().map(|line| line.text.capacity()).sum();
+    let members: usize = desired.sets.values().map(|set| set.members.len()).sum();
+    println!(
+        "  of the desired state: {} rule lines, {} of text in {} allocated; {members} set members",
+        lines.len(),
+        mib(text),
+        mib(capacity),
+    );
     drop(desired);
     drop(render_memo);
     drop(memo);

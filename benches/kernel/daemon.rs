@@ -262,13 +262,18 @@ pub(crate) fn idle_scenario(opts: &Opts, report: &mut Report) {
         .saturating_sub(switches_before);
         let rss = status_kib(pid, "VmRSS:");
         let hwm = status_kib(pid, "VmHWM:");
+        // Anonymous (heap, stacks) and file-backed (the binary's code and libc, shared with
+        // the page cache) pages, for the doc's account of what the figure is made of.
+        let (anon, file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));
         report.add(
             "idle",
             backend.arg(),
             &format!("resident memory at rest, {} policies", opts.policies),
             format!(
-                "{:.1} MiB (peak {:.1} MiB)",
+                "{:.1} MiB ({:.1} anonymous, {:.1} file; peak {:.1} MiB)",
                 rss as f64 / 1024.0,
+                anon as f64 / 1024.0,
+                file as f64 / 1024.0,
                 hwm as f64 / 1024.0
             ),
             "16 MiB".to_owned(),

@@ -26,7 +26,7 @@ use crate::diagnostic::Diagnostic;
 use crate::model::{
     BUILTIN_TIERS, HostEndpoint, Model, NetworkSet, Origin, Policy, StagedDeletion, Tier,
 };
-use crate::source::{FileId, Sources};
+use crate::source::{FileId, Sources, Span};
 use crate::spec::{
     Kind, RawHostEndpointSpec, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec, RawTierSpec,
 };
@@ -147,27 +147,13 @@ pub struct Validated {
 pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
     let mut diagnostics = Vec::new();
     let mut reusable = Vec::with_capacity(files.len());
-    let mut first_definitions = HashMap::new();
-    let mut kept = Vec::new();
+    let mut kept = Kept::default();
     for input in files {
-        let mut keep = |resource: &CheckedResource, diagnostics: &mut Vec<Diagnostic>| {
-            let duplicate = resource.name.as_ref().is_some_and(|name| {
-                check_duplicate(
-                    name,
-                    input.file,
-                    sources,
-                    &mut first_definitions,
-                    diagnostics,
-                )
-            });
-            if !duplicate {
-                kept.extend(resource.checked.clone());
-            }
-        };
         match &input.resources {
             Resources::Checked(checked) => {
                 for resource in checked.iter() {
-                    keep(resource, &mut diagnostics);
+                    let unique = kept.is_unique(resource, input.file, sources, &mut diagnostics);
+                    kept.keep(resource, unique);
                 }
                 reusable.push(Some(checked.clone()));
             }
@@ -175,17 +161,13 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
                 let mut clean = true;
                 let mut checked = Vec::with_capacity(resources.len());
                 for (file, resource) in resources.iter() {
-                    let name = name_key(resource);
+                    let mut resource_checked = CheckedResource {
+                        name: name_key(resource),
+                        checked: None,
+                    };
                     // The duplicate check first, as a reader expects its message first.
-                    let duplicate = name.as_ref().is_some_and(|name| {
-                        check_duplicate(
-                            name,
-                            *file,
-                            sources,
-                            &mut first_definitions,
-                            &mut diagnostics,
-                        )
-                    });
+                    let unique =
+                        kept.is_unique(&resource_checked, *file, sources, &mut diagnostics);
                     let before = diagnostics.len();
                     let mut checker = Checker {
                         file: *file,
@@ -194,25 +176,56 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
                         diagnostics: &mut diagnostics,
                         errors: 0,
                     };
-                    let resource = CheckedResource {
-                        name,
-                        checked: check_resource(&mut checker),
-                    };
+                    resource_checked.checked = check_resource(&mut checker);
                     clean &= diagnostics.len() == before;
-                    if !duplicate {
-                        kept.extend(resource.checked.clone());
-                    }
-                    checked.push(resource);
+                    kept.keep(&resource_checked, unique);
+                    checked.push(resource_checked);
                 }
                 reusable.push(clean.then(|| Arc::from(checked)));
             }
         }
     }
+    let kept = kept.checked;
     let (model, diagnostics) = assemble(kept, diagnostics);
     Validated {
         model,
         diagnostics,
         reusable,
+    }
+}
+
+/// The resources kept so far for the model, and the first definition of every name.
+#[derive(Default)]
+struct Kept {
+    first_definitions: HashMap<(Kind, String), (FileId, Span, String)>,
+    checked: Vec<Checked>,
+}
+
+impl Kept {
+    /// Whether `resource` (of `file`) is the first of its name; a duplicate gets its error.
+    fn is_unique(
+        &mut self,
+        resource: &CheckedResource,
+        file: FileId,
+        sources: &Sources,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> bool {
+        resource.name.as_ref().is_none_or(|name| {
+            !check_duplicate(
+                name,
+                file,
+                sources,
+                &mut self.first_definitions,
+                diagnostics,
+            )
+        })
+    }
+
+    /// Keeps what checking `resource` made of it, unless it is a duplicate.
+    fn keep(&mut self, resource: &CheckedResource, unique: bool) {
+        if unique {
+            self.checked.extend(resource.checked.clone());
+        }
     }
 }
 
