@@ -69,7 +69,7 @@ fn main() {
     );
     println!("  everything kept after the reload: {}", mib(kept - start));
     println!(
-        "  of which the model: {}",
+        "  of which a copy of the model (the last good one; it shares the cache's resources): {}",
         mib(model_bytes(&model, &mut || in_use()))
     );
     let lines: Vec<_> = desired

@@ -91,7 +91,7 @@ pub fn origin_index(
                     table,
                     chain: chain.name.clone(),
                     hash: backend.rule_hash(table, &chain.name, rule, family),
-                    origin: origin.clone(),
+                    origin: RuleOrigin::clone(origin),
                 });
             }
         }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -35,13 +36,13 @@ pub struct Model {
     tiers: Vec<Tier>,
     /// Policies in evaluation order: tier by tier, and in a tier by `order` (none last), then by
     /// name.
-    policies: Vec<Policy>,
+    policies: Vec<Arc<Policy>>,
     /// Network sets, sorted by name.
-    network_sets: Vec<NetworkSet>,
+    network_sets: Vec<Arc<NetworkSet>>,
     /// Host endpoints of every node, sorted by name.
-    host_endpoints: Vec<HostEndpoint>,
+    host_endpoints: Vec<Arc<HostEndpoint>>,
     /// Staged policies (`stagedAction: Set`), in evaluation order like `policies`.
-    staged: Vec<Policy>,
+    staged: Vec<Arc<Policy>>,
     /// Staged deletions (`stagedAction: Delete`), sorted by name.
     staged_deletions: Vec<StagedDeletion>,
 }
@@ -51,9 +52,9 @@ impl Model {
     /// calls this (and the unit tests through its test helper): everything else reads models.
     pub(crate) fn from_checked(
         tiers: Vec<Tier>,
-        policies: Vec<Policy>,
-        network_sets: Vec<NetworkSet>,
-        host_endpoints: Vec<HostEndpoint>,
+        policies: Vec<Arc<Policy>>,
+        network_sets: Vec<Arc<NetworkSet>>,
+        host_endpoints: Vec<Arc<HostEndpoint>>,
     ) -> Model {
         Model {
             tiers,
@@ -69,7 +70,7 @@ impl Model {
     /// staged deletions. Only `validate` calls this.
     pub(crate) fn with_staged(
         mut self,
-        staged: Vec<Policy>,
+        staged: Vec<Arc<Policy>>,
         staged_deletions: Vec<StagedDeletion>,
     ) -> Model {
         self.staged = staged;
@@ -89,23 +90,23 @@ impl Model {
 
     /// Policies in evaluation order: tier by tier, and in a tier by `order` (none last), then
     /// by name.
-    pub fn policies(&self) -> &[Policy] {
+    pub fn policies(&self) -> &[Arc<Policy>] {
         &self.policies
     }
 
     /// Network sets, sorted by name.
-    pub fn network_sets(&self) -> &[NetworkSet] {
+    pub fn network_sets(&self) -> &[Arc<NetworkSet>] {
         &self.network_sets
     }
 
     /// Host endpoints of every node, sorted by name.
-    pub fn host_endpoints(&self) -> &[HostEndpoint] {
+    pub fn host_endpoints(&self) -> &[Arc<HostEndpoint>] {
         &self.host_endpoints
     }
 
     /// Staged policies (`StagedGlobalNetworkPolicy` with `stagedAction: Set`), in evaluation
     /// order like [`Model::policies`]. They never decide a packet's fate; they only log.
-    pub fn staged_policies(&self) -> &[Policy] {
+    pub fn staged_policies(&self) -> &[Arc<Policy>] {
         &self.staged
     }
 

@@ -162,13 +162,16 @@ pub struct Rule {
     /// Words for people reading the kernel's rules (sanitised when rendered).
     pub comment: Option<String>,
     /// For the rule that carries a policy rule's verdict: which policy rule it is, so `status`
-    /// can map kernel counters back to it.
-    pub origin: Option<RuleOrigin>,
+    /// can map kernel counters back to it. Boxed: few rules carry one, and a daemon keeps every
+    /// rule it compiled.
+    pub origin: Option<Box<RuleOrigin>>,
 }
 
 impl Rule {
     /// A rule with these matches and action and nothing else.
-    pub fn new(matches: Vec<Match>, action: Action) -> Rule {
+    pub fn new(mut matches: Vec<Match>, action: Action) -> Rule {
+        // Kept as long as the rule is (a daemon keeps what it compiled): without spare room.
+        matches.shrink_to_fit();
         Rule {
             matches,
             action,

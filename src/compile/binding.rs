@@ -21,7 +21,7 @@ pub fn endpoints_of_host(model: &Model, config: &Config, host: &HostFacts) -> Ve
         .host_endpoints()
         .iter()
         .filter(|endpoint| endpoint.node == host.node_name)
-        .cloned()
+        .map(|endpoint| HostEndpoint::clone(endpoint))
         .collect();
     if !explicit.is_empty() {
         return explicit;

@@ -83,7 +83,7 @@ impl Memo {
             self.families.clear();
             self.context = Some(context);
         }
-        let fingerprints = |policies: &[Policy]| {
+        let fingerprints = |policies: &[Arc<Policy>]| {
             policies
                 .iter()
                 .map(|policy| {
@@ -207,8 +207,8 @@ impl Lent {
 struct Context<'a> {
     marks: MarkBits,
     config: &'a Config,
-    network_sets: &'a [NetworkSet],
-    host_endpoints: &'a [HostEndpoint],
+    network_sets: &'a [Arc<NetworkSet>],
+    host_endpoints: &'a [Arc<HostEndpoint>],
 }
 
 impl Hash for Context<'_> {
@@ -225,7 +225,7 @@ impl Hash for Context<'_> {
                 labels,
                 nets,
                 origin: _,
-            } = set;
+            } = &**set;
             (name, labels, nets).hash(state);
         }
         state.write_usize(self.host_endpoints.len());
@@ -239,7 +239,7 @@ impl Hash for Context<'_> {
                 ports,
                 default_allow,
                 origin: _,
-            } = endpoint;
+            } = &**endpoint;
             (
                 name,
                 labels,

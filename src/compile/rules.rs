@@ -480,13 +480,13 @@ impl<'r, 'c> RuleScope<'r, 'c> {
     /// The main rule: the one that carries the rule's origin, for `explain` and the counters.
     fn main_rule(&self, main: Vec<Match>, action: Action) -> Rule {
         let mut rule = self.tag(Rule::new(main, action));
-        rule.origin = Some(RuleOrigin {
+        rule.origin = Some(Box::new(RuleOrigin {
             policy: self.context.policy.to_owned(),
             tier: self.context.tier.to_owned(),
             direction: self.context.direction,
             rule_index: self.index,
             staged: self.context.staged,
-        });
+        }));
         rule
     }
 

@@ -279,7 +279,7 @@ fn sort_tiers(tiers: &mut [Tier]) {
 }
 
 /// A policy's tier must exist: declared by a `Tier` of the policy files, or `default`.
-fn check_policy_tiers(policies: &[Policy], tiers: &[Tier], diagnostics: &mut Vec<Diagnostic>) {
+fn check_policy_tiers(policies: &[Arc<Policy>], tiers: &[Tier], diagnostics: &mut Vec<Diagnostic>) {
     for policy in policies {
         let origin = policy.tier_origin.unwrap_or(policy.origin);
         check_tier_exists(&policy.name, &policy.tier, origin, tiers, diagnostics);
@@ -332,9 +332,9 @@ fn check_tier_exists(
 /// Puts policies in evaluation order (tier by tier) and the other resources in name order.
 fn sort_resources(
     tiers: &[Tier],
-    policies: &mut [Policy],
-    network_sets: &mut [NetworkSet],
-    host_endpoints: &mut [HostEndpoint],
+    policies: &mut [Arc<Policy>],
+    network_sets: &mut [Arc<NetworkSet>],
+    host_endpoints: &mut [Arc<HostEndpoint>],
 ) {
     // Calico treats a missing order as +infinity and breaks ties by name, byte-wise. Orders are
     // finite (checked), so `partial_cmp` is a total order here.
@@ -362,9 +362,9 @@ fn sort_resources(
 /// A checked resource, ready for the model.
 #[derive(Clone, Debug)]
 enum Checked {
-    Policy(Policy),
-    NetworkSet(NetworkSet),
-    HostEndpoint(HostEndpoint),
+    Policy(Arc<Policy>),
+    NetworkSet(Arc<NetworkSet>),
+    HostEndpoint(Arc<HostEndpoint>),
     Tier(Tier),
     Staged(Staged),
 }
@@ -376,11 +376,12 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
     let spec = resource.spec.as_ref().map(|spec| (&spec.value, spec.span));
     match (resource.kind.value, spec) {
         (Kind::GlobalNetworkPolicy, Some((RawSpec::Policy(spec), _))) => {
-            check_policy(checker, identity, spec).map(Checked::Policy)
+            check_policy(checker, identity, spec).map(|policy| Checked::Policy(Arc::new(policy)))
         }
         (Kind::GlobalNetworkPolicy, _) => {
             // Calico's defaults: all(), `types: [Ingress]`, no rules.
-            check_policy(checker, identity, &RawPolicySpec::default()).map(Checked::Policy)
+            check_policy(checker, identity, &RawPolicySpec::default())
+                .map(|policy| Checked::Policy(Arc::new(policy)))
         }
         (Kind::StagedGlobalNetworkPolicy, Some((RawSpec::Policy(spec), _))) => {
             check_staged_policy(checker, identity, spec).map(Checked::Staged)
@@ -389,14 +390,15 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
             check_staged_policy(checker, identity, &RawPolicySpec::default()).map(Checked::Staged)
         }
         (Kind::GlobalNetworkSet, Some((RawSpec::NetworkSet(spec), _))) => {
-            check_network_set(checker, identity, spec).map(Checked::NetworkSet)
+            check_network_set(checker, identity, spec).map(|set| Checked::NetworkSet(Arc::new(set)))
         }
         (Kind::GlobalNetworkSet, _) => {
             check_network_set(checker, identity, &RawNetworkSetSpec::default())
-                .map(Checked::NetworkSet)
+                .map(|set| Checked::NetworkSet(Arc::new(set)))
         }
         (Kind::HostEndpoint, Some((RawSpec::HostEndpoint(spec), span))) => {
-            check_host_endpoint(checker, identity, spec, span).map(Checked::HostEndpoint)
+            check_host_endpoint(checker, identity, spec, span)
+                .map(|endpoint| Checked::HostEndpoint(Arc::new(endpoint)))
         }
         (Kind::HostEndpoint, _) => check_host_endpoint(
             checker,
@@ -404,7 +406,7 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
             &RawHostEndpointSpec::default(),
             resource.span,
         )
-        .map(Checked::HostEndpoint),
+        .map(|endpoint| Checked::HostEndpoint(Arc::new(endpoint))),
         (Kind::Tier, Some((RawSpec::Tier(spec), _))) => {
             check_tier(checker, identity, spec).map(Checked::Tier)
         }
@@ -426,8 +428,8 @@ pub(crate) fn model_for_tests(
 ) -> Model {
     Model::from_checked(
         vec![Tier::implicit_default()],
-        policies,
-        network_sets,
-        host_endpoints,
+        policies.into_iter().map(Arc::new).collect(),
+        network_sets.into_iter().map(Arc::new).collect(),
+        host_endpoints.into_iter().map(Arc::new).collect(),
     )
 }

@@ -17,7 +17,7 @@ use super::values::shown;
 #[derive(Clone, Debug)]
 pub(super) enum Staged {
     /// `stagedAction: Set`: evaluated, logged, never enforced.
-    Set(Policy),
+    Set(std::sync::Arc<Policy>),
     /// `stagedAction: Delete`: nothing to evaluate.
     Delete(StagedDeletion),
 }
@@ -38,7 +38,8 @@ pub(super) fn check_staged_policy(
         Some(StagedAction::Delete) => check_deletion(checker, identity, spec).map(Staged::Delete),
         // An invalid `stagedAction` was reported; the rest is checked as a `Set`, so every
         // problem shows at once.
-        _ => check_policy(checker, identity, spec).map(Staged::Set),
+        _ => check_policy(checker, identity, spec)
+            .map(|policy| Staged::Set(std::sync::Arc::new(policy))),
     }
 }
 
