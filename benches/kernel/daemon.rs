@@ -219,7 +219,8 @@ pub(crate) fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Waits (up to a minute) until `pid` used no CPU for a whole second.
+/// Waits (up to two minutes) until `pid` has used no CPU and run no program for two seconds in
+/// a row.
 fn wait_at_rest(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = cpu_time(pid);
