@@ -75,7 +75,7 @@ fn main() {
     let lines: Vec<_> = desired
         .tables
         .values()
-        .flat_map(|table| table.chains.values().flatten())
+        .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
         .collect();
     let text: usize = lines.iter().map(|line| line.text.len()).sum();
     let capacity: usize = lines.iter().map(|line| line.text.capacity()).sum();

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -331,11 +332,15 @@ pub fn plan(desired: &State, observed: &State) -> Plan {
         let names: BTreeSet<&String> = want.chains.keys().chain(have.chains.keys()).collect();
         for name in names {
             let change = match (want.chains.get(name), have.chains.get(name)) {
-                (Some(after), None) => Some((ChainAction::Create, Vec::new(), after.clone())),
-                (Some(after), Some(before)) if hashes(after) != hashes(before) => {
-                    Some((ChainAction::Replace, before.clone(), after.clone()))
+                (Some(after), None) => Some((ChainAction::Create, Vec::new(), after.to_vec())),
+                // The very lines (a chain the planner's view shares with what was rendered
+                // from it) need no comparing.
+                (Some(after), Some(before))
+                    if !Arc::ptr_eq(after, before) && hashes(after) != hashes(before) =>
+                {
+                    Some((ChainAction::Replace, before.to_vec(), after.to_vec()))
                 }
-                (None, Some(before)) => Some((ChainAction::Delete, before.clone(), Vec::new())),
+                (None, Some(before)) => Some((ChainAction::Delete, before.to_vec(), Vec::new())),
                 _ => None,
             };
             if let Some((action, before, after)) = change {
@@ -825,7 +830,9 @@ mod tests {
     fn state(chains: &[(&str, Vec<RuleLine>)], hook: Option<(usize, RuleLine)>) -> State {
         let mut table = TableState::default();
         for (name, rules) in chains {
-            table.chains.insert((*name).to_owned(), rules.clone());
+            table
+                .chains
+                .insert((*name).to_owned(), rules.clone().into());
         }
         if let Some((position, rule)) = hook {
             table

@@ -64,8 +64,9 @@ pub struct HookRule {
 /// Our part of one table.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableState {
-    /// Our chains and their rules.
-    pub chains: BTreeMap<String, Vec<RuleLine>>,
+    /// Our chains and their rules: shared, so that a chain rendered again the same, or a state
+    /// that keeps the chains of another, copies no line.
+    pub chains: BTreeMap<String, Arc<[RuleLine]>>,
     /// Per chain we do not own: our rules in it.
     pub hooks: BTreeMap<String, Vec<HookRule>>,
 }
@@ -148,7 +149,7 @@ impl State {
             text.push_str(&format!("table {key}\n"));
             for (chain, rules) in &table.chains {
                 text.push_str(&format!("chain {chain}"));
-                for rule in rules {
+                for rule in rules.iter() {
                     text.push(' ');
                     text.push_str(rule.hash.as_deref().unwrap_or("?"));
                 }
@@ -187,7 +188,7 @@ impl State {
             field(&key.to_string());
             for (chain, rules) in &table.chains {
                 field(chain);
-                for rule in rules {
+                for rule in rules.iter() {
                     field(&rule.text);
                 }
             }
@@ -492,7 +493,8 @@ mod tests {
                     packets: 1,
                     bytes: 2,
                 }),
-            }],
+            }]
+            .into(),
         );
         let mut state = State::default();
         state.tables.insert(
@@ -553,18 +555,20 @@ mod tests {
         let state = sample();
         let mut counted = state.clone();
         if let Some(table) = counted.tables.values_mut().next() {
-            table
-                .chains
-                .values_mut()
-                .for_each(|rules| rules[0].counters = None);
+            table.chains.values_mut().for_each(|rules| {
+                let mut lines = rules.to_vec();
+                lines[0].counters = None;
+                *rules = lines.into();
+            });
         }
         assert_eq!(state.fingerprint(), counted.fingerprint());
         let mut changed = state.clone();
         if let Some(table) = changed.tables.values_mut().next() {
-            table
-                .chains
-                .values_mut()
-                .for_each(|rules| rules[0].text.push_str(" x"));
+            table.chains.values_mut().for_each(|rules| {
+                let mut lines = rules.to_vec();
+                lines[0].text.push_str(" x");
+                *rules = lines.into();
+            });
         }
         assert_ne!(state.fingerprint(), changed.fingerprint());
         assert_ne!(state.fingerprint(), State::default().fingerprint());

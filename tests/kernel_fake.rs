@@ -149,9 +149,13 @@ fn ruleset(file: &Path) -> Ruleset {
 /// and counters.
 fn comparable(mut state: State) -> State {
     for table in state.tables.values_mut() {
-        for rule in table.chains.values_mut().flatten() {
-            rule.text.clear();
-            rule.counters = None;
+        for rules in table.chains.values_mut() {
+            let mut lines = rules.to_vec();
+            for rule in &mut lines {
+                rule.text.clear();
+                rule.counters = None;
+            }
+            *rules = lines.into();
         }
         for hook in table.hooks.values_mut().flatten() {
             hook.rule.text.clear();

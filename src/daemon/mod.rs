@@ -521,7 +521,7 @@ impl Daemon {
                 .tables
                 .values()
                 .flat_map(|t| t.chains.values())
-                .map(Vec::len)
+                .map(|rules| rules.len())
                 .sum();
             metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
         }

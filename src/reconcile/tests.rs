@@ -236,7 +236,7 @@ fn a_new_rule(desired: &State, old: &State) -> String {
         .tables
         .values()
         .flat_map(|table| table.chains.values())
-        .flatten()
+        .flat_map(|rules| rules.iter())
         .filter_map(|rule| rule.hash.clone())
         .find(|hash| !old_hashes.contains(hash.as_str()))
         .expect("a new rule")
@@ -440,7 +440,7 @@ fn counters_set_by_a_test_are_read_back() {
             .tables
             .values()
             .flat_map(|table| table.chains.values())
-            .flatten()
+            .flat_map(|rules| rules.iter())
             .all(|rule| {
                 rule.counters
                     .is_some_and(|c| c.packets == 5 && c.bytes == 300)
@@ -588,7 +588,7 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
         let hash = desired
             .tables
             .values()
-            .flat_map(|table| table.chains.values().flatten())
+            .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
             .find_map(|rule| rule.hash.clone())
             .expect("a rule");
         assert!(setup.fake.delete_rules_containing(&format!("npg:{hash}")) > 0);

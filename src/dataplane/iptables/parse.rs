@@ -54,6 +54,9 @@ fn split_counters(line: &str) -> (Option<Counters>, &str) {
     (None, line)
 }
 
+/// One table's chains of ours as they are read, before they are shared.
+type Chains = std::collections::BTreeMap<String, Vec<RuleLine>>;
+
 /// Parses `iptables-save` output (with or without `-c`) for one family into `state`, keeping
 /// only the tables nodeport-guard uses.
 pub fn parse_iptables_save(
@@ -61,15 +64,15 @@ pub fn parse_iptables_save(
     family: IpFamily,
     state: &mut State,
 ) -> Result<(), ObserveError> {
-    let mut current: Option<(Table, TableState, BTreeSet<String>)> = None;
+    // The table being read, with its chains of ours (every declared one, empty or not).
+    let mut current: Option<(Table, TableState, Chains)> = None;
     let mut positions: std::collections::BTreeMap<String, usize> = Default::default();
-    let finish = |current: &mut Option<(Table, TableState, BTreeSet<String>)>,
-                  state: &mut State| {
-        if let Some((table, mut table_state, declared)) = current.take() {
-            // A chain of ours that exists but is empty is still ours.
-            for chain in declared {
-                table_state.chains.entry(chain).or_default();
-            }
+    let finish = |current: &mut Option<(Table, TableState, Chains)>, state: &mut State| {
+        if let Some((table, mut table_state, chains)) = current.take() {
+            table_state.chains = chains
+                .into_iter()
+                .map(|(name, rules)| (name, rules.into()))
+                .collect();
             if !table_state.is_empty() {
                 state.tables.insert(TableKey { family, table }, table_state);
             }
@@ -83,7 +86,7 @@ pub fn parse_iptables_save(
             current = Table::ALL
                 .into_iter()
                 .find(|table| table.as_str() == name)
-                .map(|table| (table, TableState::default(), BTreeSet::new()));
+                .map(|table| (table, TableState::default(), Chains::new()));
             continue;
         }
         if line.starts_with('#') {
@@ -97,13 +100,14 @@ pub fn parse_iptables_save(
             }
             continue;
         }
-        let Some((_, table_state, declared)) = current.as_mut() else {
+        let Some((_, table_state, chains)) = current.as_mut() else {
             continue;
         };
         if let Some(declaration) = line.strip_prefix(':') {
             let name = declaration.split_whitespace().next().unwrap_or_default();
+            // A chain of ours that exists but is empty is still ours.
             if name.starts_with(CHAIN_PREFIX) {
-                declared.insert(name.to_owned());
+                chains.entry(name.to_owned()).or_default();
             }
             continue;
         }
@@ -124,7 +128,7 @@ pub fn parse_iptables_save(
             counters,
         };
         if chain.starts_with(CHAIN_PREFIX) {
-            table_state.chains.entry(chain).or_default().push(rule_line);
+            chains.entry(chain).or_default().push(rule_line);
         } else if is_ours(rule) {
             table_state.hooks.entry(chain).or_default().push(HookRule {
                 position: *position,

@@ -57,6 +57,9 @@ struct ListedRule<'a> {
     target: Option<&'a str>,
 }
 
+/// Our regular chains as a listing is read (by table and name), before they are shared.
+type Chains = std::collections::BTreeMap<(Table, String), Vec<RuleLine>>;
+
 /// A base chain of a listing: name, hook, priority, policy.
 type BaseChain<'a> = (&'a str, &'a str, i64, &'a str);
 
@@ -76,19 +79,24 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
             .find(|(name, ..)| *name == chain)
             .copied()
     };
-    // Our chains, empty ones included (base chains are hooks, below).
+    // Our chains, empty ones included (base chains are hooks, below), gathered before they
+    // are shared.
+    let mut chains = Chains::new();
     for name in listed.chains.iter().filter(|name| chain_of(name).is_none()) {
-        let (table, ours) = split_chain(name);
-        table_state(state, family, table)
-            .chains
-            .entry(ours)
-            .or_default();
+        chains.entry(split_chain(name)).or_default();
     }
     for rule in &listed.rules {
         match chain_of(rule.chain) {
             Some(base) => add_hook_rule(state, family, base, rule),
-            None => add_chain_rule(state, family, rule),
+            None => add_chain_rule(&mut chains, family, rule),
         }
+    }
+    for ((table, name), rules) in chains {
+        let slot = table_state(state, family, table)
+            .chains
+            .entry(name)
+            .or_default();
+        *slot = slot.iter().cloned().chain(rules).collect();
     }
     // A base chain without rules is still ours and still wrong.
     for (name, hook, priority, policy) in listed.base_chains {
@@ -277,8 +285,7 @@ fn add_hook_rule(state: &mut State, family: IpFamily, base: BaseChain<'_>, rule:
 }
 
 /// A rule of one of our regular chains.
-fn add_chain_rule(state: &mut State, family: IpFamily, rule: &ListedRule<'_>) {
-    let (table, ours) = split_chain(rule.chain);
+fn add_chain_rule(chains: &mut Chains, family: IpFamily, rule: &ListedRule<'_>) {
     let hash = hash_of_comment(rule.comment);
     // Ours: the command that creates it again, without its counter values (they are not part
     // of the rule, and a text that changed with traffic would look like another state).
@@ -294,9 +301,8 @@ fn add_chain_rule(state: &mut State, family: IpFamily, rule: &ListedRule<'_>) {
             rule.handle
         ),
     };
-    table_state(state, family, table)
-        .chains
-        .entry(ours)
+    chains
+        .entry(split_chain(rule.chain))
         .or_default()
         .push(RuleLine {
             hash,
