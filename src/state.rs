@@ -555,20 +555,18 @@ mod tests {
         let state = sample();
         let mut counted = state.clone();
         if let Some(table) = counted.tables.values_mut().next() {
-            table.chains.values_mut().for_each(|rules| {
-                let mut lines = rules.to_vec();
-                lines[0].counters = None;
-                *rules = lines.into();
-            });
+            table
+                .chains
+                .values_mut()
+                .for_each(|rules| Arc::make_mut(rules)[0].counters = None);
         }
         assert_eq!(state.fingerprint(), counted.fingerprint());
         let mut changed = state.clone();
         if let Some(table) = changed.tables.values_mut().next() {
-            table.chains.values_mut().for_each(|rules| {
-                let mut lines = rules.to_vec();
-                lines[0].text.push_str(" x");
-                *rules = lines.into();
-            });
+            table
+                .chains
+                .values_mut()
+                .for_each(|rules| Arc::make_mut(rules)[0].text.push_str(" x"));
         }
         assert_ne!(state.fingerprint(), changed.fingerprint());
         assert_ne!(state.fingerprint(), State::default().fingerprint());

@@ -11,7 +11,7 @@
 mod support;
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
@@ -149,13 +149,9 @@ fn ruleset(file: &Path) -> Ruleset {
 /// and counters.
 fn comparable(mut state: State) -> State {
     for table in state.tables.values_mut() {
-        for rules in table.chains.values_mut() {
-            let mut lines = rules.to_vec();
-            for rule in &mut lines {
-                rule.text.clear();
-                rule.counters = None;
-            }
-            *rules = lines.into();
+        for rule in table.chains.values_mut().flat_map(Arc::make_mut) {
+            rule.text.clear();
+            rule.counters = None;
         }
         for hook in table.hooks.values_mut().flatten() {
             hook.rule.text.clear();

@@ -369,6 +369,26 @@ enum Checked {
     Staged(Staged),
 }
 
+// Checked values are shared (the daemon's cache of validated files and the model hold the same
+// ones): each is put behind its `Arc` once, here.
+impl From<Policy> for Checked {
+    fn from(policy: Policy) -> Checked {
+        Checked::Policy(Arc::new(policy))
+    }
+}
+
+impl From<NetworkSet> for Checked {
+    fn from(set: NetworkSet) -> Checked {
+        Checked::NetworkSet(Arc::new(set))
+    }
+}
+
+impl From<HostEndpoint> for Checked {
+    fn from(endpoint: HostEndpoint) -> Checked {
+        Checked::HostEndpoint(Arc::new(endpoint))
+    }
+}
+
 fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
     let resource = checker.resource;
     check_api_version(checker);
@@ -376,12 +396,11 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
     let spec = resource.spec.as_ref().map(|spec| (&spec.value, spec.span));
     match (resource.kind.value, spec) {
         (Kind::GlobalNetworkPolicy, Some((RawSpec::Policy(spec), _))) => {
-            check_policy(checker, identity, spec).map(|policy| Checked::Policy(Arc::new(policy)))
+            check_policy(checker, identity, spec).map(Checked::from)
         }
         (Kind::GlobalNetworkPolicy, _) => {
             // Calico's defaults: all(), `types: [Ingress]`, no rules.
-            check_policy(checker, identity, &RawPolicySpec::default())
-                .map(|policy| Checked::Policy(Arc::new(policy)))
+            check_policy(checker, identity, &RawPolicySpec::default()).map(Checked::from)
         }
         (Kind::StagedGlobalNetworkPolicy, Some((RawSpec::Policy(spec), _))) => {
             check_staged_policy(checker, identity, spec).map(Checked::Staged)
@@ -390,15 +409,13 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
             check_staged_policy(checker, identity, &RawPolicySpec::default()).map(Checked::Staged)
         }
         (Kind::GlobalNetworkSet, Some((RawSpec::NetworkSet(spec), _))) => {
-            check_network_set(checker, identity, spec).map(|set| Checked::NetworkSet(Arc::new(set)))
+            check_network_set(checker, identity, spec).map(Checked::from)
         }
         (Kind::GlobalNetworkSet, _) => {
-            check_network_set(checker, identity, &RawNetworkSetSpec::default())
-                .map(|set| Checked::NetworkSet(Arc::new(set)))
+            check_network_set(checker, identity, &RawNetworkSetSpec::default()).map(Checked::from)
         }
         (Kind::HostEndpoint, Some((RawSpec::HostEndpoint(spec), span))) => {
-            check_host_endpoint(checker, identity, spec, span)
-                .map(|endpoint| Checked::HostEndpoint(Arc::new(endpoint)))
+            check_host_endpoint(checker, identity, spec, span).map(Checked::from)
         }
         (Kind::HostEndpoint, _) => check_host_endpoint(
             checker,
@@ -406,7 +423,7 @@ fn check_resource(checker: &mut Checker<'_>) -> Option<Checked> {
             &RawHostEndpointSpec::default(),
             resource.span,
         )
-        .map(|endpoint| Checked::HostEndpoint(Arc::new(endpoint))),
+        .map(Checked::from),
         (Kind::Tier, Some((RawSpec::Tier(spec), _))) => {
             check_tier(checker, identity, spec).map(Checked::Tier)
         }
