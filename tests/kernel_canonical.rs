@@ -191,6 +191,25 @@ spec:
       source:
         nets: [192.0.2.53/32]
         ports: [53]
+---
+# The longest name there is: its rules' comments are cut to what each kernel keeps.
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc-ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd
+spec:
+  order: 50
+  selector: role == 'edge'
+  preDNAT: true
+  applyOnForward: true
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        nets: [192.0.2.7/32]
+      destination:
+        ports: [30009]
 "#;
 
 /// Our rules as the kernel prints them, one `chain<TAB>rule` line each, sorted; counters read
