@@ -149,9 +149,6 @@ impl Compiler<'_> {
             return name.to_owned();
         }
         let accept = set_bit(self.marks.accept);
-        let entry = |failsafe: &Failsafe, port_side: Side, net_side: Side| {
-            failsafe_rule(family, failsafe, port_side, net_side, &accept)
-        };
         // The ports of this direction, matched on their destination; the peer net is the
         // source inbound and the destination outbound.
         let (own, reverse, net_side) = match direction {
@@ -166,18 +163,17 @@ impl Compiler<'_> {
                 Side::Destination,
             ),
         };
-        let mut rules: Vec<Rule> = own
-            .iter()
-            .filter_map(|f| entry(f, Side::Destination, net_side))
-            .collect();
+        let mut rules = failsafe_rules(family, own, Side::Destination, net_side, &accept);
         // Untracked traffic has no conntrack to let replies back: in raw, the replies of the
         // other direction's failsafe connections (matched on their source port) pass too.
         if path.table() == Table::Raw {
-            rules.extend(
-                reverse
-                    .iter()
-                    .filter_map(|f| entry(f, Side::Source, net_side)),
-            );
+            rules.extend(failsafe_rules(
+                family,
+                reverse,
+                Side::Source,
+                net_side,
+                &accept,
+            ));
         }
         builder.add(Chain {
             name: name.to_owned(),
@@ -187,41 +183,66 @@ impl Compiler<'_> {
     }
 }
 
-/// The rule of a failsafe chain for one failsafe port, its port matched on `port_side` and its
-/// net (if any) on `net_side`; `None` when its net is of the other family.
-fn failsafe_rule(
+/// What failsafe ports share a rule by: their protocol and peer net.
+type FailsafeKey = (crate::model::Protocol, Option<ipnet::IpNet>);
+
+/// The rules of a failsafe chain for `failsafes`, their ports matched on `port_side` and their
+/// nets (if any) on `net_side`; those whose net is of the other family are left out.
+///
+/// Every new connection walks this chain, so it is kept short: the ports of one protocol and
+/// net share a rule (one `multiport` match or nftables set of up to 15 ports), in the order
+/// they are listed. The default inbound list is two rules (tcp, udp) instead of nine. The
+/// rules all set the same mark, so their order decides nothing.
+fn failsafe_rules(
     family: IpFamily,
-    failsafe: &Failsafe,
+    failsafes: &[Failsafe],
     port_side: Side,
     net_side: Side,
     accept: &Action,
-) -> Option<Rule> {
-    if failsafe
-        .net
-        .is_some_and(|net| IpFamily::of_net(&net) != family)
-    {
-        return None;
+) -> Vec<Rule> {
+    // (protocol, peer net) → its ports, in the order first listed.
+    let mut groups: Vec<(FailsafeKey, Vec<PortRange>)> = Vec::new();
+    for failsafe in failsafes {
+        if failsafe
+            .net
+            .is_some_and(|net| IpFamily::of_net(&net) != family)
+        {
+            continue;
+        }
+        let key = (failsafe.protocol, failsafe.net);
+        let port = PortRange {
+            first: failsafe.port,
+            last: failsafe.port,
+        };
+        match groups.iter_mut().find(|(group, _)| *group == key) {
+            Some((_, ports)) if ports.contains(&port) => {}
+            Some((_, ports)) => ports.push(port),
+            None => groups.push((key, vec![port])),
+        }
     }
-    let mut matches = vec![
-        Match::Protocol {
-            number: failsafe.protocol.number(),
-            negated: false,
-        },
-        Match::Ports {
-            side: port_side,
-            ports: vec![PortRange {
-                first: failsafe.port,
-                last: failsafe.port,
-            }],
-            negated: false,
-        },
-    ];
-    if let Some(net) = failsafe.net {
-        matches.push(Match::Net {
-            side: net_side,
-            net,
-            negated: false,
-        });
+    let mut rules = Vec::new();
+    for ((protocol, net), ports) in groups {
+        for chunk in rules::split_ports(&ports) {
+            let mut matches = vec![
+                Match::Protocol {
+                    number: protocol.number(),
+                    negated: false,
+                },
+                Match::Ports {
+                    side: port_side,
+                    ports: chunk,
+                    negated: false,
+                },
+            ];
+            if let Some(net) = net {
+                matches.push(Match::Net {
+                    side: net_side,
+                    net,
+                    negated: false,
+                });
+            }
+            rules.push(Rule::new(matches, accept.clone()));
+        }
     }
-    Some(Rule::new(matches, accept.clone()))
+    rules
 }

@@ -246,10 +246,13 @@ fn normal_ingress_policy_is_default_deny_with_failsafes_first() {
             .is_some_and(|r| r.contains("allowed by profile projectcalico-default-allow"))
     );
     let failsafe = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-failsafe-in");
-    assert_eq!(failsafe.len(), 9);
     assert_eq!(
-        failsafe[0],
-        "-A npg-failsafe-in -p tcp -m multiport --dports 22 -j MARK --set-xmark 0x10000/0x10000"
+        failsafe,
+        [
+            "-A npg-failsafe-in -p tcp -m multiport --dports 22,179,2379,2380,5473,6443,6666,6667 -j MARK --set-xmark 0x10000/0x10000",
+            "-A npg-failsafe-in -p udp -m multiport --dports 68 -j MARK --set-xmark 0x10000/0x10000",
+        ],
+        "the default inbound failsafe ports, one rule per protocol"
     );
     assert!(
         compiled
@@ -264,6 +267,58 @@ fn normal_ingress_policy_is_default_deny_with_failsafes_first() {
         .expect("filter");
     assert_eq!(filter.hooks.len(), 1);
     assert_eq!(filter.hooks[0].kernel_chain, "INPUT");
+}
+
+#[test]
+fn failsafe_ports_share_a_rule_per_protocol_and_net() {
+    use crate::config::Failsafe;
+    let mut config = Config::default();
+    let entry = |text: &str| -> Failsafe {
+        let (protocol, rest) = text.split_once(':').expect("protocol:port[@net]");
+        let (port, net) = match rest.split_once('@') {
+            Some((port, net)) => (port, Some(net.parse().expect("net"))),
+            None => (rest, None),
+        };
+        Failsafe {
+            protocol: match protocol {
+                "tcp" => Protocol::Tcp,
+                _ => Protocol::Udp,
+            },
+            port: port.parse().expect("port"),
+            net,
+        }
+    };
+    // Seventeen tcp ports (one listed twice), one limited to a net, one of the other family.
+    config.failsafe_inbound = (1..=16)
+        .map(|i| format!("tcp:{}", 1000 + i))
+        .chain(["tcp:1001".into(), "udp:53".into()])
+        .chain(["tcp:22@192.0.2.0/24".into(), "tcp:23@2001:db8::/32".into()])
+        .map(|text| entry(&text))
+        .collect();
+    let compiled = compile_policies(
+        vec![policy(
+            "web",
+            1.0,
+            PolicyKind::Normal,
+            vec![rule(PolicyAction::Allow)],
+        )],
+        &config,
+    );
+    let failsafe = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-failsafe-in");
+    let ports: Vec<String> = (1001..=1015).map(|p| p.to_string()).collect();
+    assert_eq!(
+        failsafe,
+        [
+            format!(
+                "-A npg-failsafe-in -p tcp -m multiport --dports {} -j MARK --set-xmark 0x10000/0x10000",
+                ports.join(",")
+            ),
+            "-A npg-failsafe-in -p tcp -m multiport --dports 1016 -j MARK --set-xmark 0x10000/0x10000".to_owned(),
+            "-A npg-failsafe-in -p udp -m multiport --dports 53 -j MARK --set-xmark 0x10000/0x10000".to_owned(),
+            "-A npg-failsafe-in -p tcp -m multiport --dports 22 -s 192.0.2.0/24 -j MARK --set-xmark 0x10000/0x10000".to_owned(),
+        ],
+        "fifteen ports a rule, in the order listed, each net apart, the other family left out"
+    );
 }
 
 #[test]

@@ -247,7 +247,8 @@ pub fn render_rule(table: Table, chain: &str, rule: &Rule, _family: IpFamily) ->
         // Sanitized text is ASCII: any byte is a character boundary.
         comment.truncate(MAX_XT_COMMENT);
     }
-    let mut line = String::with_capacity(chain.len() + head.len() + comment.len() + tail.len() + 32);
+    let mut line =
+        String::with_capacity(chain.len() + head.len() + comment.len() + tail.len() + 32);
     line.push_str("-A ");
     line.push_str(chain);
     line.push_str(&head);
