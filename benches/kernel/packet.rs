@@ -334,7 +334,7 @@ pub(crate) fn packet_scenario(opts: &Opts, report: &mut Report) {
             .map(|(a, b)| a / b.max(1.0))
             .collect();
         let target = if setup.name.starts_with("nodeport-guard") && setup.cidrs == 100_000 {
-            Target::AtLeast(0.9)
+            Target::AtLeast(0.95)
         } else {
             Target::None
         };
