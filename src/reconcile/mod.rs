@@ -340,7 +340,7 @@ pub fn verify(
     }
 }
 
-/// Puts `previous` back, whatever the kernel holds now. /// Returns what it changed.
+/// Puts `previous` back, whatever the kernel holds now, and returns what it changed.
 pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, DataplaneError> {
     let now = dataplane.observe()?;
     let changes = plan(previous, &now);
