@@ -2,8 +2,8 @@
 //!
 //! Every rule we write carries one comment, `-m comment --comment "npg:<hash> <words>"`, where
 //! the hash covers the table, the chain and the rest of the rule with its words; rules are
-//! compared by these hashes. Rules are
-//! written in the order and spelling `iptables-save` prints them back (the addresses,
+//! compared by these hashes. Rules are written in the order and spelling `iptables-save`
+//! prints them back (the addresses,
 //! interfaces and protocol of the IP header first, then the matches in the order given, then
 //! the target with its options in iptables' order), so a rule read back reads exactly as it was
 //! rendered and a plan's diff shows only what changed.
@@ -218,9 +218,6 @@ pub fn rule_parts(rule: &Rule) -> (String, Option<String>, String) {
     (head, words, tail)
 }
 
-/// The longest comment the kernel's comment match keeps (`XT_MAX_COMMENT_LEN` less its NUL).
-const MAX_XT_COMMENT: usize = 255;
-
 /// Renders a rule of one of our chains, with one comment: `npg:<hash>`, then the rule's words.
 ///
 /// Each `-m comment` is a match of its own in the kernel: 256 bytes of every rule's entry in
@@ -245,7 +242,7 @@ pub fn render_rule(table: Table, chain: &str, rule: &Rule, _family: IpFamily) ->
         comment.push(' ');
         comment.push_str(words);
         // Sanitized text is ASCII: any byte is a character boundary.
-        comment.truncate(MAX_XT_COMMENT);
+        comment.truncate(crate::ruleset::MAX_COMMENT);
     }
     let mut line =
         String::with_capacity(chain.len() + head.len() + comment.len() + tail.len() + 32);
