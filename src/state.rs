@@ -266,8 +266,9 @@ pub fn rule_hash(table: Table, chain: &str, body: &str) -> String {
 pub struct Spelling {
     /// Which spelling this is (a backend's name): what [`RenderMemo`] keeps apart.
     pub name: &'static str,
-    /// A rule of one of our chains.
-    pub rule: fn(Table, &str, &Rule, IpFamily) -> RenderedRule,
+    /// The rules of one of our chains (one line a rule, or fewer where the backend merges
+    /// rules: nftables' verdict maps).
+    pub chain: fn(Table, &crate::ruleset::Chain, IpFamily) -> Vec<RenderedRule>,
     /// The jump from a kernel chain into ours.
     pub hook: fn(Table, &Hook, IpFamily) -> RenderedRule,
     /// A set's type.
@@ -440,10 +441,9 @@ fn table_state(
             }
             None => {
                 rendered += 1;
-                chain
-                    .rules
-                    .iter()
-                    .map(|rule| line((spelling.rule)(table.table, &chain.name, rule, key.family)))
+                (spelling.chain)(table.table, chain, key.family)
+                    .into_iter()
+                    .map(line)
                     .collect()
             }
         };

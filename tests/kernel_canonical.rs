@@ -27,8 +27,8 @@ fn examples() -> Vec<PathBuf> {
 /// and number, negated protocols, protocols without ports, ports (one, several, ranges,
 /// negated, source ports), nets of one address and wider ones in both families, negated nets,
 /// network-set selectors, named ports, ICMP and ICMPv6 types and codes (negated too),
-/// interfaces, filter-table policy with its end-of-tier drop, untracked policy, egress, a tier
-/// with `Pass`.
+/// interfaces (two endpoints of their own: nftables dispatches them with a verdict map),
+/// filter-table policy with its end-of-tier drop, untracked policy, egress, a tier with `Pass`.
 fn every_shape() -> String {
     EVERY_SHAPE.replace("{node}", &support::addr::NODE_V4.to_string())
 }
@@ -53,6 +53,15 @@ spec:
   ports:
     - {name: web, port: 8080, protocol: TCP}
     - {name: dns, port: 53, protocol: UDP}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: node1-eth1
+  labels: {role: edge}
+spec:
+  node: node1
+  interfaceName: eth1
 ---
 apiVersion: projectcalico.org/v3
 kind: Tier
@@ -240,7 +249,8 @@ fn kernel_rules(lab: &Lab) -> Vec<String> {
                     if let Some(name) = trimmed.strip_prefix("chain ") {
                         chain = name.trim_end_matches(" {").to_owned();
                     } else if line.starts_with("\t\t") && trimmed.contains("comment \"npg:") {
-                        rules.push(format!("{family}\t{chain}\t{}", without_counts(trimmed)));
+                        let rule = with_sorted_map(&without_counts(trimmed));
+                        rules.push(format!("{family}\t{chain}\t{rule}"));
                     }
                 }
             }
@@ -264,6 +274,17 @@ fn without_counts(rule: &str) -> String {
         }
     }
     out.join(" ")
+}
+
+/// A verdict map's elements sorted: nft lists them in an order of its own, the render sorted.
+fn with_sorted_map(rule: &str) -> String {
+    let Some((head, rest)) = rule.split_once(" vmap { ") else {
+        return rule.to_owned();
+    };
+    let (elements, tail) = rest.split_once(" }").expect("a verdict map ends in ` }`");
+    let mut elements: Vec<&str> = elements.split(", ").collect();
+    elements.sort_unstable();
+    format!("{head} vmap {{ {} }}{tail}", elements.join(", "))
 }
 
 /// The rules `render` prints, in the same form as [`kernel_rules`].
@@ -316,7 +337,7 @@ fn differences(rendered: &[String], kernel: &[String]) -> String {
 
 /// Applies `yaml` and checks that every rule comes back exactly as rendered.
 #[track_caller]
-fn reads_back_as_rendered(lab: &Lab, guard: &Guard<'_>, name: &str, yaml: &str) {
+fn reads_back_as_rendered(lab: &Lab, guard: &Guard<'_>, name: &str, yaml: &str) -> Vec<String> {
     guard.write_policy("policy.yaml", yaml);
     guard.apply();
     let rendered = rendered_rules(guard, lab.backend());
@@ -333,6 +354,7 @@ fn reads_back_as_rendered(lab: &Lab, guard: &Guard<'_>, name: &str, yaml: &str) 
         differences(&rendered, &kernel)
     );
     guard.cleanup();
+    rendered
 }
 
 /// Every example policy's rules read back byte for byte as rendered.
@@ -351,6 +373,12 @@ backend_tests!(example_rules_read_back_as_rendered);
 fn every_shape_reads_back_as_rendered(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
-    reads_back_as_rendered(&lab, &guard, "every shape", &every_shape());
+    let rendered = reads_back_as_rendered(&lab, &guard, "every shape", &every_shape());
+    if backend == Backend::Nftables {
+        assert!(
+            rendered.iter().any(|rule| rule.contains(" vmap { ")),
+            "two endpoints of their own are dispatched with a verdict map: {rendered:#?}"
+        );
+    }
 }
 backend_tests!(every_shape_reads_back_as_rendered);

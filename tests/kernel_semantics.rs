@@ -1106,3 +1106,118 @@ spec:
     );
 }
 backend_tests!(tiers_end_in_their_default_action_and_pass_goes_on);
+
+/// A host endpoint's interface is what sends a packet to its policies (Felix's dispatch
+/// chains; native nftables looks the interface up in a verdict map when there are several).
+/// `eth0`, `eth1` and `*` each have an endpoint: traffic arriving on `eth0` meets `eth0`'s
+/// policy only, not `eth1`'s nor those of `*` (allow everything; no NodePort for one client
+/// before DNAT, which `eth0` must skip although its own endpoint has nothing to check there).
+/// Once `eth0` has no endpoint of its own, the `*` endpoint's policies are what it meets.
+fn each_interface_meets_its_own_endpoints_policy(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    let (listed, unlisted) = (addr::CLIENT_V4[0], addr::CLIENT_V4[1]);
+    let endpoint = |interface: &str, label: &str| {
+        format!(
+            "apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: node1-{label}
+  labels: {{ep: {label}}}
+spec:
+  node: node1
+  interfaceName: \"{interface}\"
+"
+        )
+    };
+    guard.write_policy("eth0.yaml", &endpoint("eth0", "eth0"));
+    guard.write_policy(
+        "others.yaml",
+        &format!(
+            "{eth1}---
+{all}---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: eth0-host-service-for-one-client
+spec:
+  selector: ep == 'eth0'
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        nets: [{listed}/32]
+      destination:
+        ports: [{service}]
+    - action: Allow
+      protocol: TCP
+      destination:
+        ports: [{target}]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: eth1-nothing-in
+spec:
+  selector: ep == 'eth1'
+  ingress:
+    - action: Deny
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: others-everything-in
+spec:
+  selector: ep == 'all'
+  ingress:
+    - action: Allow
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: others-nodeport-not-for-one-client
+spec:
+  selector: ep == 'all'
+  preDNAT: true
+  applyOnForward: true
+  ingress:
+    - action: Deny
+      protocol: TCP
+      source:
+        nets: [{unlisted}/32]
+      destination:
+        ports: [{nodeport}]
+",
+            eth1 = endpoint("eth1", "eth1"),
+            all = endpoint("*", "all"),
+            service = ports::HOST_SERVICE,
+            target = ports::NODEPORT_TARGET,
+            nodeport = ports::NODEPORT,
+        ),
+    );
+    guard.apply();
+    let (code, plan) = guard.plan_detailed();
+    assert_eq!(code, 0, "the rules read back as they were written: {plan}");
+    let node = |port| sa(addr::NODE_V4, port);
+    check_reachability(
+        &lab,
+        "eth0 with an endpoint of its own",
+        &[
+            open(listed, node(ports::HOST_SERVICE), replies::HOST_SERVICE),
+            dropped(unlisted, node(ports::HOST_SERVICE)),
+            open(unlisted, node(ports::NODEPORT), replies::NODEPORT_TARGET),
+        ],
+    );
+    guard.remove_policy("eth0.yaml");
+    guard.apply();
+    check_reachability(
+        &lab,
+        "eth0 under the `*` endpoint",
+        &[
+            open(listed, node(ports::NODEPORT), replies::NODEPORT_TARGET),
+            dropped(unlisted, node(ports::NODEPORT)),
+            open(unlisted, node(ports::HOST_SERVICE), replies::HOST_SERVICE),
+        ],
+    );
+}
+backend_tests!(each_interface_meets_its_own_endpoints_policy);

@@ -71,7 +71,7 @@ impl Iptables {
 /// position 1, members as `ipset save` prints them.
 pub const SPELLING: Spelling = Spelling {
     name: "iptables",
-    rule: render::render_rule,
+    chain: render::render_chain,
     hook: |table, hook, _| render::render_hook(table, hook),
     set_kind: |kind, _| kind.ipset_type().to_owned(),
     member: ToString::to_string,

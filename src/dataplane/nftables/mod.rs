@@ -27,7 +27,7 @@ pub static NFTABLES: Nftables = Nftables;
 /// chains, members in nft's spelling.
 pub const SPELLING: Spelling = Spelling {
     name: "nftables",
-    rule: render::render_rule,
+    chain: render::render_chain,
     hook: render::render_hook,
     set_kind: render::set_kind,
     member: render::member_text,
@@ -567,6 +567,78 @@ mod tests {
             "add chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
              add rule ip nodeport_guard mangle-PREROUTING counter jump mangle-npg-x comment \"npg:AAA nodeport-guard hook\""
         );
+    }
+
+    fn dispatch_chain() -> crate::ruleset::Chain {
+        use crate::ruleset::{Action, Match};
+        let to = |name: &str, action: Action| {
+            Rule::new(vec![Match::InInterface(name.to_owned())], action)
+                .comment(format!("to {name}"))
+        };
+        crate::ruleset::Chain {
+            name: "npg-from-host-endpoint".into(),
+            rules: vec![
+                to("eth1", Action::Goto("npg-fh-eth1".into())),
+                to("eth0", Action::Goto("npg-fh-eth0".into())),
+                to("eth0", Action::Goto("npg-fh-shadowed".into())),
+                to("bond0", Action::Return),
+                Rule::new(Vec::new(), Action::Goto("npg-fh-any".into())),
+                to("eth9", Action::Goto("npg-fh-eth9".into())),
+            ]
+            .into(),
+        }
+    }
+
+    /// A dispatch chain's interface rules become one verdict map, in a fixed order, up to the
+    /// first rule that map cannot stand for: a second rule for a name already mapped (the next
+    /// map starts there, after the one that shadows it) or a rule of another shape. A lone
+    /// interface rule stays a rule.
+    #[test]
+    fn interface_rules_in_a_row_become_one_verdict_map() {
+        let lines: Vec<String> =
+            render::render_chain(Table::Mangle, &dispatch_chain(), IpFamily::V4)
+                .into_iter()
+                .map(|rule| rule.line.split(" comment ").next().unwrap().to_owned())
+                .collect();
+        assert_eq!(
+            lines,
+            [
+                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter iifname vmap { \"eth0\" : goto mangle-npg-fh-eth0, \"eth1\" : goto mangle-npg-fh-eth1 }",
+                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter iifname vmap { \"bond0\" : return, \"eth0\" : goto mangle-npg-fh-shadowed }",
+                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter goto mangle-npg-fh-any",
+                "add rule ip nodeport_guard mangle-npg-from-host-endpoint iifname \"eth9\" counter goto mangle-npg-fh-eth9",
+            ]
+        );
+    }
+
+    /// nft lists a map's elements in an order of its own; reading a listing puts them in the
+    /// render's, so a map the kernel holds reads back as the line that wrote it.
+    #[test]
+    fn a_listed_verdict_map_reads_back_as_rendered() {
+        let chain = crate::ruleset::Chain {
+            name: "npg-from-host-endpoint".into(),
+            rules: dispatch_chain().rules[..2].into(),
+        };
+        let rendered = render::render_chain(Table::Mangle, &chain, IpFamily::V4);
+        let comment = rendered[0].line.split(" comment ").nth(1).unwrap();
+        let listing = format!(
+            "table ip nodeport_guard {{ # handle 1
+\tchain mangle-npg-from-host-endpoint {{ # handle 2
+\t\tcounter packets 7 bytes 420 iifname vmap {{ \"eth1\" : goto mangle-npg-fh-eth1, \"eth0\" : goto mangle-npg-fh-eth0 }} comment {comment} # handle 5
+\t}}
+}}
+"
+        );
+        let mut state = State::default();
+        parse_listing(&listing, IpFamily::V4, &mut state);
+        let table = &state.tables[&TableKey {
+            family: IpFamily::V4,
+            table: Table::Mangle,
+        }];
+        let rules = &table.chains["npg-from-host-endpoint"];
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].text, rendered[0].line);
+        assert_eq!(rules[0].hash.as_deref(), Some(rendered[0].hash.as_str()));
     }
 
     /// An interval set refuses a member overlapping one it holds, so a member replaced by a

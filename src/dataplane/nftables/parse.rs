@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::render::{TABLE, family_name, hook_commands, hook_identity};
+use super::render::{TABLE, family_name, hook_commands, hook_identity, map_elements};
 use crate::model::IpFamily;
 use crate::ruleset::Table;
 use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
@@ -25,6 +25,30 @@ fn without_counter_values(body: &str) -> String {
         }
     }
     out.join(" ")
+}
+
+/// A rule body with the elements of its verdict map, if it has one, in the order the render
+/// writes them (nft lists them in an order of its own).
+fn with_sorted_map(body: String) -> String {
+    const OPENING: &str = " vmap { ";
+    let Some(start) = body.find(OPENING) else {
+        return body;
+    };
+    let elements = start + OPENING.len();
+    let Some(length) = body[elements..].find(" }") else {
+        return body;
+    };
+    let arms = body[elements..elements + length]
+        .split(", ")
+        .map(str::to_owned)
+        .collect();
+    let end = elements + length + " }".len();
+    format!(
+        "{} vmap {}{}",
+        &body[..start],
+        map_elements(arms),
+        &body[end..]
+    )
 }
 
 /// Splits an nft chain name into the iptables table it stands for and our chain name.
@@ -289,7 +313,7 @@ fn add_chain_rule(chains: &mut Chains, family: IpFamily, rule: &ListedRule<'_>) 
     let hash = hash_of_comment(rule.comment);
     // Ours: the command that creates it again, without its counter values (they are not part
     // of the rule, and a text that changed with traffic would look like another state).
-    let body = without_counter_values(rule.body);
+    let body = with_sorted_map(without_counter_values(rule.body));
     let text = match &hash {
         Some(_) => format!(
             "add rule {} {TABLE} {} {body}",

@@ -24,7 +24,8 @@ use std::fmt::Write as _;
 
 use crate::model::IpFamily;
 use crate::ruleset::{
-    Action, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side, Table,
+    Action, Chain, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side,
+    Table,
 };
 use crate::ruleset::{NFLOG_SIZE, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
@@ -422,15 +423,104 @@ pub fn rule_body(rule: &Rule, family: IpFamily, table: Table) -> String {
 /// Renders a rule of one of our chains as an `add rule` command.
 pub fn render_rule(table: Table, chain: &str, rule: &Rule, family: IpFamily) -> RenderedRule {
     let body = rule_body(rule, family, table);
-    let words = rule.comment.as_deref().unwrap_or_default();
-    let hash = rule_hash(table, chain, &format!("{body}|{words}"));
+    rule_command(table, chain, &body, rule.comment.as_deref(), family)
+}
+
+/// The `add rule` command of a rule body, with the hash of body and words in its comment.
+fn rule_command(
+    table: Table,
+    chain: &str,
+    body: &str,
+    words: Option<&str>,
+    family: IpFamily,
+) -> RenderedRule {
+    let hash = rule_hash(
+        table,
+        chain,
+        &format!("{body}|{}", words.unwrap_or_default()),
+    );
     let line = format!(
         "add rule {} {TABLE} {}{body} comment \"{}\"",
         family_name(family),
         chain_name(table, chain),
-        comment(&hash, rule.comment.as_deref())
+        comment(&hash, words)
     );
     RenderedRule { hash, line }
+}
+
+/// The rendered rules of one chain. A run of two or more rules that each send one interface,
+/// named exactly, to a verdict (a dispatch chain's `iifname "eth0" goto …` rules) becomes one
+/// verdict map: a packet is looked up once in a hash of the names instead of being compared
+/// with each in turn, and one that names none falls through to the next rule, as it would
+/// past the run. The policy rules that `status` counts one by one are never merged.
+pub fn render_chain(table: Table, chain: &Chain, family: IpFamily) -> Vec<RenderedRule> {
+    let rules = &chain.rules[..];
+    let mut out = Vec::with_capacity(rules.len());
+    let mut at = 0;
+    while at < rules.len() {
+        let (direction, arms) = interface_arms(&rules[at..], table);
+        if arms.len() >= MIN_MAP_ARMS {
+            at += arms.len();
+            let body = format!(" counter {direction} vmap {}", map_elements(arms));
+            out.push(rule_command(
+                table,
+                &chain.name,
+                &body,
+                Some("dispatch by interface"),
+                family,
+            ));
+        } else {
+            out.push(render_rule(table, &chain.name, &rules[at], family));
+            at += 1;
+        }
+    }
+    out
+}
+
+/// Fewest interface rules worth a verdict map.
+const MIN_MAP_ARMS: usize = 2;
+
+/// The longest run at the start of `rules` that a verdict map can stand for: rules whose only
+/// match is one exact interface name of one direction and whose action is a verdict, each name
+/// once. The direction's word (`iifname` or `oifname`) and the arms, `"eth0" : goto chain`.
+fn interface_arms(rules: &[Rule], table: Table) -> (&'static str, Vec<String>) {
+    let mut direction = "";
+    let mut names = std::collections::BTreeSet::new();
+    let mut arms = Vec::new();
+    for rule in rules {
+        let (word, name) = match rule.matches.as_slice() {
+            [Match::InInterface(name)] => ("iifname", name),
+            [Match::OutInterface(name)] => ("oifname", name),
+            _ => break,
+        };
+        let verdict = match &rule.action {
+            Action::Return => "return".to_owned(),
+            Action::Drop => "drop".to_owned(),
+            Action::Jump(target) => format!("jump {}", chain_name(table, target)),
+            Action::Goto(target) => format!("goto {}", chain_name(table, target)),
+            _ => break,
+        };
+        let exact = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+        if rule.origin.is_some()
+            || !exact
+            || (!direction.is_empty() && direction != word)
+            || !names.insert(name.as_str())
+        {
+            break;
+        }
+        direction = word;
+        arms.push(format!("\"{name}\" : {verdict}"));
+    }
+    (direction, arms)
+}
+
+/// A map's elements in the one order both the render and a listing's reading use (nft lists
+/// them in an order of its own: by their bytes read as a host-endian number).
+pub fn map_elements(mut arms: Vec<String>) -> String {
+    arms.sort_unstable();
+    format!("{{ {} }}", arms.join(", "))
 }
 
 /// Renders the base chain of a hook: its declaration and its one jump, as two commands.
@@ -546,12 +636,8 @@ pub fn render_script(ruleset: &Ruleset) -> String {
         }
         for table in &family.tables {
             for chain in &table.chains {
-                for rule in chain.rules.iter() {
-                    let _ = writeln!(
-                        out,
-                        "{}",
-                        render_rule(table.table, &chain.name, rule, family.family).line
-                    );
+                for rule in render_chain(table.table, chain, family.family) {
+                    let _ = writeln!(out, "{}", rule.line);
                 }
             }
             for hook in &table.hooks {

@@ -157,7 +157,8 @@ fn targets(body: &str) -> Vec<String> {
     bare_words(body)
         .windows(2)
         .filter(|w| matches!(w[0], "jump" | "goto"))
-        .map(|w| w[1].to_owned())
+        // In a verdict map, `goto chain,`.
+        .map(|w| w[1].trim_end_matches(',').to_owned())
         .collect()
 }
 
