@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::daemon::passes;
 use crate::opts::{Bk, Opts};
-use crate::policies::{guard_policy, whitelist};
+use crate::policies::{guard_policy, many_endpoints, whitelist};
 use crate::report::{Report, Target, median_f};
 use crate::run::run_steps;
 use crate::site::{Site, restore_steps};
@@ -187,6 +187,70 @@ pub(crate) fn guard_setup(backend: Bk, cidrs: usize, felix: bool) -> PacketSetup
     }
 }
 
+/// Host endpoints of the dispatch rows: a host with many VLANs or bonds; the client's `eth0`
+/// comes last in name order, so a linear dispatch compares it with every other name first.
+const ENDPOINTS: usize = 64;
+
+/// The contrast to nftables' verdict maps: each map rule of our render replaced by one rule
+/// per interface, in the map's order (the client's `eth0` last).
+pub(crate) fn linear_dispatch(rendered: &str) -> String {
+    let mut out = String::new();
+    for line in rendered.lines() {
+        let Some((head, rest)) = line.split_once(" counter iifname vmap { ") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let (elements, tail) = rest.split_once(" }").expect("a map ends in ` }`");
+        for element in elements.split(", ") {
+            let (name, verdict) = element.split_once(" : ").expect("name : verdict");
+            let _ = writeln!(out, "{head} iifname {name} counter {verdict}{tail}");
+        }
+    }
+    out
+}
+
+/// A NodePort guarded for 10 CIDRs on a host with [`ENDPOINTS`] host endpoints, dispatched
+/// as nodeport-guard writes it or, with `linear`, one rule per interface.
+pub(crate) fn endpoints_setup(backend: Bk, linear: bool) -> PacketSetup {
+    let (lab, sink) = packet_lab(backend.lab());
+    let site = Site::new(backend, "");
+    site.write_policy(
+        "guard.yaml",
+        &guard_policy(&whitelist(10, addr::CLIENT_V4[0])),
+    );
+    site.write_policy("endpoints.yaml", &many_endpoints(ENDPOINTS));
+    if linear {
+        let rendered = site.render(lab.node());
+        let linear = linear_dispatch(&rendered);
+        assert_ne!(linear, rendered, "the render dispatches with verdict maps");
+        run_steps(lab.node(), &restore_steps(backend, &linear));
+    } else {
+        site.run(lab.node(), &["apply", "--yes"]);
+    }
+    assert!(
+        passes(&lab, addr::CLIENT_V4[0], Duration::from_secs(2)),
+        "the whitelisted client must get through"
+    );
+    assert!(
+        !passes(&lab, addr::CLIENT_V4[3], Duration::from_millis(300)),
+        "others must not"
+    );
+    let how = if linear {
+        "one rule per interface"
+    } else {
+        "nodeport-guard"
+    };
+    PacketSetup {
+        name: format!("{how} {}, {ENDPOINTS} host endpoints", backend.arg()),
+        backend: backend.arg().to_owned(),
+        cidrs: 10,
+        lab,
+        _site: Some(site),
+        _sink: sink,
+    }
+}
+
 /// New connections per second from the client's whitelisted address to the NodePort over
 /// `duration`: `threads` clients connecting and resetting (SO_LINGER 0) in a loop.
 pub(crate) fn connections_per_second(lab: &Lab, threads: usize, duration: Duration) -> f64 {
@@ -293,6 +357,12 @@ pub(crate) fn packet_scenario(opts: &Opts, report: &mut Report) {
     for &backend in opts.backends.iter().filter(|b| b.iptables()) {
         for &cidrs in &sizes {
             setups.push(guard_setup(backend, cidrs, true));
+        }
+    }
+    for &backend in &opts.backends {
+        setups.push(endpoints_setup(backend, false));
+        if !backend.iptables() {
+            setups.push(endpoints_setup(backend, true));
         }
     }
     println!(

@@ -80,3 +80,20 @@ pub(crate) fn whitelist(count: usize, client: Ipv4Addr) -> Vec<String> {
     nets.push(format!("{client}/32"));
     nets
 }
+
+/// `count` host endpoints of this node, on interfaces `d00`, `d01`… and, last by name, the
+/// client's `eth0`, with a normal policy letting everything in (an endpoint without one drops
+/// everything, as in Calico). Interfaces that do not exist are matched by name all the same.
+pub(crate) fn many_endpoints(count: usize) -> String {
+    let mut out = String::new();
+    let names = (0..count.saturating_sub(1))
+        .map(|i| format!("d{i:02}"))
+        .chain(["eth0".to_owned()]);
+    for name in names {
+        out.push_str(&format!(
+            "apiVersion: projectcalico.org/v3\nkind: HostEndpoint\nmetadata:\n  name: node1-{name}\n  labels: {{role: edge}}\nspec:\n  node: node1\n  interfaceName: {name}\n---\n"
+        ));
+    }
+    out.push_str("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: b-edge-in\nspec:\n  order: 10\n  selector: role == 'edge'\n  ingress:\n  - action: Allow\n");
+    out
+}
