@@ -100,6 +100,45 @@ pub struct State {
 }
 
 impl State {
+    /// The same state without rule counters (what a saved view keeps: counters move with
+    /// every packet, and planning never looks at them).
+    pub fn without_counters(&self) -> State {
+        let uncounted = |rule: &RuleLine| RuleLine {
+            counters: None,
+            ..rule.clone()
+        };
+        let tables = self
+            .tables
+            .iter()
+            .map(|(key, table)| {
+                let chains = table
+                    .chains
+                    .iter()
+                    .map(|(name, rules)| (name.clone(), rules.iter().map(uncounted).collect()))
+                    .collect();
+                let hooks = table
+                    .hooks
+                    .iter()
+                    .map(|(name, hooks)| {
+                        let hooks = hooks
+                            .iter()
+                            .map(|hook| HookRule {
+                                position: hook.position,
+                                rule: uncounted(&hook.rule),
+                            })
+                            .collect();
+                        (name.clone(), hooks)
+                    })
+                    .collect();
+                (*key, TableState { chains, hooks })
+            })
+            .collect();
+        State {
+            tables,
+            sets: self.sets.clone(),
+        }
+    }
+
     /// The part of this state in these tables and sets.
     pub fn within(&self, tables: &BTreeSet<TableKey>, sets: &BTreeSet<String>) -> State {
         State {

@@ -1151,3 +1151,91 @@ mod unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window {
         super::unwritable_state_dir_still_reconciles_but_refuses_a_confirm_window(Unwritable::Full);
     }
 }
+
+/// `plan` or `apply` reads the kernel from the view the last command kept under the state
+/// directory when the kernel's nf_tables generation says nothing changed since (iptables-nft,
+/// nftables; iptables-legacy keeps none). Another program that changes
+/// our rules or sets between two commands is seen all the same: the next `plan` shows the
+/// drift and `apply` repairs it. Each time, the planning with the view says what a plan that
+/// reads the whole kernel says.
+fn another_program_between_two_commands_is_seen_despite_the_saved_view(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy("mission.yaml", &support::fixtures::mission_policy());
+    guard.apply();
+    let view = guard.state_dir().join("view.json");
+    let plan = |context: &str| {
+        let out = guard.run(&["-vv", "plan", "--detailed-exitcode"]);
+        let code = out.status.code().expect("plan exited");
+        let cached = out.stderr.contains("planning against that view");
+        // The same plan from a whole reading of the kernel.
+        std::fs::remove_file(&view).ok();
+        let whole = guard.run(&["plan", "--detailed-exitcode"]);
+        assert_eq!(
+            (whole.status.code(), whole.stdout.as_str()),
+            (Some(code), out.stdout.as_str()),
+            "{context}: a plan with the view and one without differ"
+        );
+        (code, cached, out.stdout)
+    };
+    // iptables-legacy has no generation, so its commands keep no view.
+    let keeps_views = backend != Backend::Legacy;
+    let (code, cached, output) = plan("after the apply");
+    assert_eq!((code, cached), (0, keeps_views), "{output}");
+    let (code, cached, output) = plan("nothing changed");
+    assert_eq!((code, cached), (0, keeps_views), "{output}");
+
+    let (table, chain) = ("mangle", "npg-PREROUTING");
+    let flushed = match backend {
+        Backend::Nftables => lab.node().exec(
+            "nft",
+            &[
+                "flush",
+                "chain",
+                "ip",
+                "nodeport_guard",
+                &format!("{table}-{chain}"),
+            ],
+        ),
+        _ => lab.node().exec(
+            backend.iptables(support::Family::V4),
+            &["-t", table, "-F", chain],
+        ),
+    };
+    assert!(flushed.success(), "{flushed}");
+    let (code, cached, output) = plan("after another program flushed a chain of ours");
+    assert_eq!((code, cached), (2, false), "{output}");
+    assert_contains(&output, chain, "the plan of the flushed chain");
+    guard.apply();
+    let (code, _, output) = plan("repaired");
+    assert_eq!(code, 0, "{output}");
+    let (code, cached, output) = plan("repaired, nothing changed");
+    assert_eq!((code, cached), (0, keeps_views), "{output}");
+
+    // A set member added by hand: ipsets are outside the iptables backends' sign and read by
+    // every command; nftables' own sets move its generation.
+    let added = match backend {
+        Backend::Nftables => lab.node().exec(
+            "nft",
+            &[
+                "add",
+                "element",
+                "ip",
+                "nodeport_guard",
+                "npg4-this-host",
+                "{ 192.0.2.99 }",
+            ],
+        ),
+        _ => lab
+            .node()
+            .exec("ipset", &["add", "npg4-this-host", "192.0.2.99"]),
+    };
+    assert!(added.success(), "{added}");
+    let (code, _, output) = plan("after another program added a set member");
+    assert_eq!(code, 2, "{output}");
+    assert_contains(&output, "192.0.2.99", "the plan of the set");
+    guard.apply();
+    let (code, _, output) = plan("repaired again");
+    assert_eq!(code, 0, "{output}");
+}
+backend_tests!(another_program_between_two_commands_is_seen_despite_the_saved_view);

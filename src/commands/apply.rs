@@ -106,9 +106,12 @@ pub fn run(
         target.families.clone(),
         &settings.state_dir,
     );
-    let observed = match observed_early {
-        Some(observed) => observed?,
-        None => dataplane.observe()?,
+    let (observed, observation) = match observed_early {
+        Some(mut observation) => {
+            let state = std::mem::replace(&mut observation.state, Ok(State::default()));
+            (state?, Some(observation))
+        }
+        None => (dataplane.observe()?, None),
     };
     if let Some(expected) = &target.expected_observed
         && observed.fingerprint() != *expected
@@ -153,13 +156,20 @@ pub fn run(
         .config
         .revoke_established
         .then(|| super::plan::applied_model(settings));
-    let outcome = match reconcile::apply_against(&dataplane, &target.desired, observed) {
-        Ok(outcome) => outcome,
+    let (outcome, commits) = match reconcile::apply_counting(&dataplane, &target.desired, observed)
+    {
+        Ok(applied) => applied,
         Err(error) => {
             state_dir.clear_pending().ok();
             return Err(error.into());
         }
     };
+    // What was written and verified is the kernel's now, if nobody else wrote meanwhile.
+    if let Some(saved) = observation.as_ref().and_then(|observation| {
+        reconcile::view::after_write(&dataplane, observation, commits, &target.desired)
+    }) {
+        state_dir.set_view(&saved);
+    }
     record_applied(&state_dir, &target.index);
     record_change(&state_dir, "apply", &outcome.plan);
     println!("Applied in {} ms.", outcome.elapsed.as_millis());

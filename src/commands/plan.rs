@@ -11,11 +11,12 @@ use serde::{Deserialize, Serialize};
 use super::output::{established_json, print_cuts, print_established, print_plan};
 use crate::compile::{Compiled, PolicyNames, names};
 use crate::counters::{self, AppliedIndex};
-use crate::dataplane::{Backend, Dataplane, DataplaneError, Runner};
+use crate::dataplane::{Backend, Dataplane, Runner};
 use crate::facts::HostFacts;
 use crate::model::{Direction, IpFamily, Model};
 use crate::plan;
 use crate::policy_set;
+use crate::reconcile::{Read, view};
 use crate::settings::Settings;
 use crate::state::State;
 use crate::system::host::host_facts;
@@ -225,19 +226,34 @@ pub fn prepare(settings: &Settings, runner: &dyn Runner) -> Option<Prepared> {
     prepare_for(settings, backend, &facts)
 }
 
-/// What the kernel held, read while the policies compiled.
-pub type Observed = Result<State, DataplaneError>;
-
 /// Compiles the policies (printing their diagnostics) while another thread reads what the
 /// kernel holds: neither needs the other, and together they are most of the time `plan` and
-/// `apply` take. The kernel's answer is only looked at once the policies are known to be valid;
+/// `apply` take. The kernel is read from the view the last command kept when the kernel's
+/// sign says it is still the kernel's ([`view`]), else whole (keeping a view of it when that is
+/// certain). The kernel's answer is only looked at once the policies are known to be valid;
 /// `None` when they are not.
-pub fn prepare_observing(settings: &Settings, runner: &dyn Runner) -> Option<(Prepared, Observed)> {
+pub fn prepare_observing(
+    settings: &Settings,
+    runner: &dyn Runner,
+) -> Option<(Prepared, view::Observation)> {
     let facts = host_facts(&settings.config);
     let backend = settings.backend.resolve(runner);
     let dataplane = Dataplane::new(backend, runner, facts.families(), &settings.state_dir);
+    let state_dir = StateDir::new(&settings.state_dir);
     std::thread::scope(|scope| {
-        let observing = scope.spawn(|| dataplane.observe());
+        let observing = scope.spawn(|| {
+            let mut observed = view::observe(&dataplane, state_dir.view());
+            match observed.read {
+                Read::Cached => tracing::debug!(
+                    "the kernel's sign is the one of the view the last command kept: planning against that view"
+                ),
+                Read::Whole => tracing::debug!("read every rule of ours in the kernel"),
+            }
+            if let Some(saved) = observed.save.take() {
+                state_dir.set_view(&saved);
+            }
+            observed
+        });
         let prepared = prepare_for(settings, backend, &facts);
         let observed = observing
             .join()
@@ -300,7 +316,7 @@ pub fn run(
     let Some((prepared, observed)) = prepare_observing(settings, runner) else {
         return Ok(ExitCode::from(1));
     };
-    let observed = observed?;
+    let observed = observed.state?;
     let mut changes = plan::plan(&prepared.desired, &observed);
     name_policies(&mut changes, settings, Some(&prepared.model));
     let cut_off = prepared.cut_off(settings);

@@ -12,6 +12,7 @@ pub mod conntrack;
 pub mod detect;
 pub mod fake;
 pub mod iptables;
+pub mod namespace;
 pub mod nfgen;
 pub mod nftables;
 pub mod runner;

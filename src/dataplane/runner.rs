@@ -46,6 +46,13 @@ pub trait Runner: Send + Sync {
         None
     }
 
+    /// Which kernel and network namespace the runner's commands reach (see
+    /// [`super::namespace`]), so that what was read of one is never taken for another's.
+    /// `None` when it cannot be told.
+    fn namespace_identity(&self) -> Option<String> {
+        None
+    }
+
     /// This runner holding the xtables lock until the returned one is dropped, so that nobody
     /// who takes the lock (iptables, docker, kube-proxy) writes x_tables meanwhile; the
     /// iptables commands it runs take a lock file of their own. `None` when the lock cannot be
@@ -97,6 +104,10 @@ impl<R: Runner + ?Sized> Runner for &R {
 
     fn xtables_digest(&self) -> Option<u128> {
         (**self).xtables_digest()
+    }
+
+    fn namespace_identity(&self) -> Option<String> {
+        (**self).namespace_identity()
     }
 
     fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
@@ -216,6 +227,14 @@ impl Runner for SystemRunner {
             .ok()
     }
 
+    fn namespace_identity(&self) -> Option<String> {
+        super::namespace::identity()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot tell which network namespace this is");
+            })
+            .ok()
+    }
+
     fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
         match super::xtables::XtablesLock::take(XTABLES_LOCK_WAIT) {
             Ok(lock) => Some(Box::new(Locked { lock })),
@@ -292,6 +311,10 @@ impl Runner for Locked {
 
     fn xtables_digest(&self) -> Option<u128> {
         SystemRunner.xtables_digest()
+    }
+
+    fn namespace_identity(&self) -> Option<String> {
+        SystemRunner.namespace_identity()
     }
 
     fn holds_xtables_lock(&self) -> bool {

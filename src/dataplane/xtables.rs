@@ -170,7 +170,7 @@ fn entries(family: IpFamily, table: &str) -> io::Result<Vec<u8>> {
 
 /// One `getsockopt` into `buffer`, which holds the request and receives the answer.
 #[allow(unsafe_code)]
-fn get(
+pub(super) fn get(
     socket: &std::os::fd::OwnedFd,
     level: i32,
     option: i32,

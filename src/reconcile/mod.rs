@@ -104,12 +104,28 @@ pub struct Cached {
 }
 
 /// A reading of the kernel's sign.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 enum Stamp {
     /// The nf_tables generation.
     Generation(u32),
-    /// The digest of the x_tables rules, read under the xtables lock.
-    Digest(u128),
+    /// The digest of the x_tables rules, read under the xtables lock (saved in hex: JSON
+    /// numbers do not hold 128 bits).
+    Digest(#[serde(with = "hex_u128")] u128),
+}
+
+/// A `u128` as 32 hex digits.
+mod hex_u128 {
+    pub fn serialize<S: serde::Serializer>(value: &u128, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{value:032x}"))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<u128, D::Error> {
+        let text: String = serde::Deserialize::deserialize(deserializer)?;
+        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Stamp {
@@ -259,6 +275,18 @@ pub fn reconcile_after(
     Ok((outcome, read))
 }
 
+/// [`apply_against`], also saying how many nf_tables transactions its writes committed (what
+/// [`view::after_write`] needs to know that nobody else committed meanwhile).
+pub fn apply_counting(
+    dataplane: &Dataplane<'_>,
+    desired: &State,
+    before: State,
+) -> Result<(Outcome, u32), ReconcileError> {
+    let counting = Counting::new(dataplane.runner);
+    let outcome = apply_against(&dataplane.with_runner(&counting), desired, before)?;
+    Ok((outcome, counting.commits()))
+}
+
 /// A runner that counts the nf_tables transactions it committed: each successful
 /// `iptables-nft-restore`, `ip6tables-nft-restore`, `nft -f` or changing `nft` command is one
 /// commit, one step of the generation.
@@ -316,6 +344,10 @@ impl crate::dataplane::Runner for Counting<'_> {
         self.inner.xtables_digest()
     }
 
+    fn namespace_identity(&self) -> Option<String> {
+        self.inner.namespace_identity()
+    }
+
     fn holds_xtables_lock(&self) -> bool {
         self.inner.holds_xtables_lock()
     }
@@ -354,3 +386,4 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, Data
 
 #[cfg(test)]
 mod tests;
+pub mod view;

@@ -724,3 +724,140 @@ fn a_small_write_is_verified_by_listing_only_its_chains() {
         assert_eq!(setup.fake.snapshot(), before, "{backend}: not rolled back");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The command line's saved view (view::observe, view::after_write).
+
+use crate::reconcile::{apply_counting, view};
+
+/// A view as the state directory keeps it: written out as JSON and read back.
+fn kept(saved: view::SavedView) -> view::SavedView {
+    serde_json::from_slice(&serde_json::to_vec(&saved).expect("serialise")).expect("read back")
+}
+
+/// The view the next command finds after one that applied `desired` to an empty kernel.
+fn view_after_apply(
+    setup: &Setup,
+    backend: &'static dyn Backend,
+    desired: &State,
+) -> view::SavedView {
+    let dataplane = setup.dataplane(backend);
+    let mut observed = view::observe(&dataplane, None);
+    assert_eq!(observed.read, Read::Whole, "{backend}");
+    assert!(
+        observed.save.is_some(),
+        "{backend}: a still kernel read whole is kept"
+    );
+    let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
+    let (_, commits) = apply_counting(&dataplane, desired, before).expect("apply");
+    let saved = view::after_write(&dataplane, &observed, commits, desired)
+        .expect("the generation moved by our commits alone");
+    kept(saved)
+}
+
+/// iptables-legacy has no generation: its commands keep no view and read the kernel whole.
+#[test]
+fn iptables_legacy_keeps_no_view() {
+    let setup = Setup::new();
+    let dataplane = setup.dataplane(LEGACY);
+    let desired = LEGACY.desired(&policy("nodeport-whitelist"));
+    let mut observed = view::observe(&dataplane, None);
+    assert!(observed.save.is_none());
+    let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
+    let (_, commits) = apply_counting(&dataplane, &desired, before).expect("apply");
+    assert!(view::after_write(&dataplane, &observed, commits, &desired).is_none());
+    let observed = view::observe(&dataplane, None);
+    assert_eq!(
+        (observed.read, observed.save.is_none()),
+        (Read::Whole, true)
+    );
+}
+
+#[test]
+fn a_saved_view_stands_for_the_kernel_until_anyone_changes_it() {
+    for backend in [NFT, NATIVE] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let desired = backend.desired(&policy("nodeport-whitelist"));
+        let saved = view_after_apply(&setup, backend, &desired);
+        setup.fake.clear_commands();
+        let observed = view::observe(&dataplane, Some(saved));
+        assert_eq!(observed.read, Read::Cached, "{backend}");
+        assert!(
+            !setup.fake.commands().iter().any(reads_rules),
+            "{backend}: no rule was read: {:?}",
+            setup.fake.commands()
+        );
+        let state = observed.state.expect("state");
+        assert!(plan(&desired, &state).is_empty(), "{backend}");
+        assert_eq!(
+            state.fingerprint(),
+            dataplane.observe().expect("observe").fingerprint(),
+            "{backend}: the view is what a whole read gives"
+        );
+
+        // Another program deletes one of our rules: the view is not used again.
+        let saved = view_after_apply(&Setup::new(), backend, &desired);
+        let hash = desired
+            .tables
+            .values()
+            .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
+            .find_map(|rule| rule.hash.clone())
+            .expect("a rule");
+        let other = Setup::new();
+        let other_dataplane = other.dataplane(backend);
+        reconcile(&other_dataplane, &desired).expect("apply");
+        // The same rules, written by as many commits: the same sign, another namespace.
+        let observed = view::observe(&other_dataplane, Some(saved));
+        assert_eq!(
+            observed.read,
+            Read::Whole,
+            "{backend}: another namespace's view is never read"
+        );
+        let saved = view_after_apply(&other, backend, &desired);
+        assert!(other.fake.delete_rules_containing(&format!("npg:{hash}")) > 0);
+        let observed = view::observe(&other_dataplane, Some(saved));
+        assert_eq!(observed.read, Read::Whole, "{backend}: the sign moved");
+        let changes = plan(&desired, &observed.state.expect("state"));
+        assert!(!changes.is_empty(), "{backend}: the deleted rule is seen");
+    }
+}
+
+#[test]
+fn a_foreign_commit_during_a_write_keeps_no_view_after_it() {
+    for backend in [NFT, NATIVE] {
+        let setup = Setup::new();
+        let dataplane = setup.dataplane(backend);
+        let mut observed = view::observe(&dataplane, None);
+        let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
+        // Someone commits between the reading and the write.
+        let output = setup
+            .fake
+            .foreign("nft", &["-f", "-"], "add table inet someone_else\n");
+        assert!(output.success, "{}", output.stderr);
+        let desired = backend.desired(&policy("nodeport-whitelist"));
+        let (_, commits) = apply_counting(&dataplane, &desired, before).expect("apply");
+        assert!(
+            view::after_write(&dataplane, &observed, commits, &desired).is_none(),
+            "{backend}"
+        );
+    }
+}
+
+#[test]
+fn a_view_of_another_backend_or_families_is_not_read() {
+    let setup = Setup::new();
+    let desired = NATIVE.desired(&policy("nodeport-whitelist"));
+    let saved = view_after_apply(&setup, NATIVE, &desired);
+    let json = serde_json::to_vec(&saved).expect("serialise");
+    let observed = view::observe(&setup.dataplane(NFT), Some(kept(saved)));
+    assert_eq!(observed.read, Read::Whole, "another backend's view");
+    let only_v4 = Dataplane::new(NATIVE, &setup.fake, vec![IpFamily::V4], setup.dir.path());
+    let saved: view::SavedView = serde_json::from_slice(&json).expect("read back");
+    assert_eq!(view::observe(&only_v4, Some(saved)).read, Read::Whole);
+    let saved: view::SavedView = serde_json::from_slice(&json).expect("read back");
+    assert_eq!(
+        view::observe(&setup.dataplane(NATIVE), Some(saved)).read,
+        Read::Cached
+    );
+}

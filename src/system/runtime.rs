@@ -12,7 +12,11 @@ use serde::{Deserialize, Serialize};
 use crate::counters::AppliedIndex;
 use crate::dataplane::Backend;
 use crate::model::IpFamily;
+use crate::reconcile::view::SavedView;
 use crate::state::State;
+
+/// The file of [`StateDir::view`].
+const VIEW: &str = "view.json";
 
 /// The runtime state directory.
 #[derive(Clone, Debug)]
@@ -193,6 +197,31 @@ impl StateDir {
     /// Records the index of the rules just applied.
     pub fn set_applied(&self, index: &AppliedIndex) -> Result<()> {
         self.write_json("applied.json", index)
+    }
+
+    /// The view of the kernel the last command kept ([`crate::reconcile::view`]); `None`
+    /// when there is none or it cannot be read (a damaged view is only a slower command).
+    pub fn view(&self) -> Option<SavedView> {
+        self.read_json(VIEW)
+            .inspect_err(|error| tracing::debug!("ignoring the saved view: {error:#}"))
+            .ok()
+            .flatten()
+    }
+
+    /// Keeps `view` for the next command; a state directory that cannot be written only
+    /// makes the next command read the whole kernel.
+    pub fn set_view(&self, view: &SavedView) {
+        let written = self.ensure().and_then(|()| {
+            // Named after this process: two commands saving at once each rename a whole file.
+            let path = self.file(VIEW);
+            let temporary = self.file(&format!(".{VIEW}.{}.tmp", std::process::id()));
+            fs_err::write(&temporary, serde_json::to_vec(view)?)?;
+            fs_err::rename(&temporary, &path)?;
+            Ok(())
+        });
+        if let Err(error) = written {
+            tracing::debug!("cannot keep a view of the kernel: {error:#}");
+        }
     }
 
     /// The last change written to the kernel, by any command or the daemon.

@@ -110,9 +110,21 @@ struct Inner {
 }
 
 /// The in-memory kernel. Cheap to create; every test gets its own.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FakeKernel {
     inner: Mutex<Inner>,
+    /// Which fake this is, as [`Runner::namespace_identity`] tells namespaces apart.
+    namespace: u64,
+}
+
+impl Default for FakeKernel {
+    fn default() -> FakeKernel {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        FakeKernel {
+            inner: Mutex::default(),
+            namespace: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
 }
 
 fn output(code: i32, stdout: String, stderr: String) -> Output {
@@ -457,6 +469,10 @@ impl Runner for FakeKernel {
             inner.kernel.legacy[1].save(None, false, "ip6tables-legacy"),
         ];
         Some(super::xtables::fingerprinter().of(&saves))
+    }
+
+    fn namespace_identity(&self) -> Option<String> {
+        Some(format!("fake/{}", self.namespace))
     }
 
     /// Nobody else writes this kernel but [`FakeKernel::foreign`], whose callers stand for a
