@@ -152,6 +152,18 @@ pub(crate) fn felix_style(rendered: &str) -> String {
     out
 }
 
+/// The whitelisted client gets through the NodePort, others do not.
+fn assert_guarded(lab: &Lab) {
+    assert!(
+        passes(lab, addr::CLIENT_V4[0], Duration::from_secs(2)),
+        "the whitelisted client must get through"
+    );
+    assert!(
+        !passes(lab, addr::CLIENT_V4[3], Duration::from_millis(300)),
+        "others must not"
+    );
+}
+
 pub(crate) fn guard_setup(backend: Bk, cidrs: usize, felix: bool) -> PacketSetup {
     let (lab, sink) = packet_lab(backend.lab());
     let site = Site::new(backend, "");
@@ -165,14 +177,7 @@ pub(crate) fn guard_setup(backend: Bk, cidrs: usize, felix: bool) -> PacketSetup
     } else {
         site.run(lab.node(), &["apply", "--yes"]);
     }
-    assert!(
-        passes(&lab, addr::CLIENT_V4[0], Duration::from_secs(2)),
-        "the whitelisted client must get through"
-    );
-    assert!(
-        !passes(&lab, addr::CLIENT_V4[3], Duration::from_millis(300)),
-        "others must not"
-    );
+    assert_guarded(&lab);
     PacketSetup {
         name: if felix {
             format!("one rule per CIDR ({})", backend.arg())
@@ -228,14 +233,7 @@ pub(crate) fn endpoints_setup(backend: Bk, linear: bool) -> PacketSetup {
     } else {
         site.run(lab.node(), &["apply", "--yes"]);
     }
-    assert!(
-        passes(&lab, addr::CLIENT_V4[0], Duration::from_secs(2)),
-        "the whitelisted client must get through"
-    );
-    assert!(
-        !passes(&lab, addr::CLIENT_V4[3], Duration::from_millis(300)),
-        "others must not"
-    );
+    assert_guarded(&lab);
     let how = if linear {
         "one rule per interface"
     } else {

@@ -525,6 +525,16 @@ fn detection_finds_our_rules_in_the_fake() {
 use crate::reconcile::{Cached, Read, reconcile_cached};
 use std::sync::Arc;
 
+/// The hash of the first rule of ours in `desired`.
+fn first_rule_hash(desired: &State) -> String {
+    desired
+        .tables
+        .values()
+        .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
+        .find_map(|rule| rule.hash.clone())
+        .expect("a rule")
+}
+
 /// Whether a command read the kernel's rules (a save or an nft listing).
 fn reads_rules(invocation: &crate::dataplane::fake::Invocation) -> bool {
     invocation.program.ends_with("-save")
@@ -585,12 +595,7 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
         let desired = Arc::new(backend.desired(&policy("nodeport-whitelist")));
         let mut cache = None;
         reconcile_cached(&dataplane, &desired, &mut cache).expect("apply");
-        let hash = desired
-            .tables
-            .values()
-            .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
-            .find_map(|rule| rule.hash.clone())
-            .expect("a rule");
+        let hash = first_rule_hash(&desired);
         assert!(setup.fake.delete_rules_containing(&format!("npg:{hash}")) > 0);
         let (outcome, read) = reconcile_cached(&dataplane, &desired, &mut cache).expect("repair");
         assert_eq!(read, Read::Whole, "{backend}: the sign moved");
@@ -798,12 +803,7 @@ fn a_saved_view_stands_for_the_kernel_until_anyone_changes_it() {
 
         // Another program deletes one of our rules: the view is not used again.
         let saved = view_after_apply(&Setup::new(), backend, &desired);
-        let hash = desired
-            .tables
-            .values()
-            .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
-            .find_map(|rule| rule.hash.clone())
-            .expect("a rule");
+        let hash = first_rule_hash(&desired);
         let other = Setup::new();
         let other_dataplane = other.dataplane(backend);
         reconcile(&other_dataplane, &desired).expect("apply");
