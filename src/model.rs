@@ -514,25 +514,28 @@ pub struct Rule {
 impl Rule {
     /// The families this rule can apply to, from `ipVersion`, its nets and its protocol.
     pub fn families(&self) -> Vec<IpFamily> {
-        let mut families = IpFamily::BOTH.to_vec();
-        let mut restrict = |family: IpFamily| families.retain(|f| *f == family);
-        if let Some(family) = self.ip_version {
-            restrict(family);
-        }
-        if let Some(family) = self.protocol.and_then(Protocol::family) {
-            restrict(family);
-        }
-        for net in self
-            .source
-            .nets
-            .iter()
-            .chain(&self.source.not_nets)
-            .chain(&self.destination.nets)
-            .chain(&self.destination.not_nets)
-        {
-            restrict(IpFamily::of_net(net));
-        }
-        families
+        IpFamily::BOTH
+            .into_iter()
+            .filter(|family| self.applies_to(*family))
+            .collect()
+    }
+
+    /// Whether this rule can apply to `family` (see [`Rule::families`]), without allocating:
+    /// the tracer asks it for every rule of every packet it follows.
+    pub fn applies_to(&self, family: IpFamily) -> bool {
+        self.ip_version.is_none_or(|wanted| wanted == family)
+            && self
+                .protocol
+                .and_then(Protocol::family)
+                .is_none_or(|wanted| wanted == family)
+            && self
+                .source
+                .nets
+                .iter()
+                .chain(&self.source.not_nets)
+                .chain(&self.destination.nets)
+                .chain(&self.destination.not_nets)
+                .all(|net| IpFamily::of_net(net) == family)
     }
 }
 

@@ -154,7 +154,7 @@ pub fn compile_rule(
     context: &RuleContext<'_>,
     sets: &mut SetRegistry<'_>,
 ) -> Vec<Rule> {
-    if !rule.families().contains(&context.family) {
+    if !rule.applies_to(context.family) {
         return Vec::new();
     }
     let Some(protocols) = Protocols::of(rule) else {

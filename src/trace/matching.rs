@@ -36,8 +36,14 @@ impl Packet {
 
 /// Whether `rule` matches `packet` (of `family`), with the model's sets and endpoints behind
 /// its selectors and named ports.
-pub fn rule_matches(model: &Model, rule: &model::Rule, packet: &Packet, family: IpFamily) -> bool {
-    if !rule.families().contains(&family) {
+pub fn rule_matches(
+    model: &Model,
+    selections: &Selections<'_>,
+    rule: &model::Rule,
+    packet: &Packet,
+    family: IpFamily,
+) -> bool {
+    if !rule.applies_to(family) {
         return false;
     }
     // `notProtocol` equal to `protocol` can never match; a different one says nothing more.
@@ -63,7 +69,7 @@ pub fn rule_matches(model: &Model, rule: &model::Rule, packet: &Packet, family: 
         (End::Destination, &rule.destination),
     ]
     .into_iter()
-    .all(|(end, entity)| entity_matches(model, entity, protocol, packet, end, family))
+    .all(|(end, entity)| entity_matches(model, selections, entity, protocol, packet, end, family))
 }
 
 /// An ICMP type (and code, if given) match; a packet of another protocol never matches.
@@ -76,6 +82,7 @@ fn icmp_matches(icmp: IcmpMatch, packet: &Packet) -> bool {
 
 fn entity_matches(
     model: &Model,
+    selections: &Selections<'_>,
     entity: &EntityRule,
     protocol: Option<u8>,
     packet: &Packet,
@@ -117,12 +124,12 @@ fn entity_matches(
         return false;
     }
     if let Some(selector) = &entity.selector
-        && !selected(model, selector, address)
+        && !selections.selected(model, selector, address)
     {
         return false;
     }
     if let Some(selector) = &entity.not_selector
-        && selected(model, selector, address)
+        && selections.selected(model, selector, address)
     {
         return false;
     }
@@ -186,4 +193,67 @@ pub fn selected(model: &Model, selector: &Selector, address: IpAddr) -> bool {
             .iter()
             .filter(|endpoint| selector.matches(&endpoint.labels))
             .any(|endpoint| endpoint.expected_ips.contains(&address))
+}
+
+/// The nets behind each rule selector of a model's policies, found once for tracing many
+/// packets: matching a selector against every network set and host endpoint for each packet
+/// and rule cost `plan` at 10,000 policies most of a minute.
+/// Keyed by each selector's address in the model it borrows, so a key cannot outlive it.
+#[derive(Debug, Default)]
+pub struct Selections<'m> {
+    nets: std::collections::HashMap<*const Selector, Box<[IpNet]>>,
+    model: std::marker::PhantomData<&'m Model>,
+}
+
+impl<'m> Selections<'m> {
+    /// The nets every rule selector of `model`'s policies (enforced and staged) picks.
+    pub fn of(model: &'m Model) -> Selections<'m> {
+        let mut nets = std::collections::HashMap::new();
+        let rules = model
+            .policies()
+            .iter()
+            .chain(model.staged_policies())
+            .flat_map(|policy| policy.ingress.iter().chain(&policy.egress).flatten());
+        for rule in rules {
+            for entity in [&rule.source, &rule.destination] {
+                for selector in entity.selector.iter().chain(&entity.not_selector) {
+                    nets.entry(key(selector))
+                        .or_insert_with(|| selected_nets(model, selector));
+                }
+            }
+        }
+        Selections {
+            nets,
+            model: std::marker::PhantomData,
+        }
+    }
+
+    /// Whether `selector` picks `address` (see [`selected`]); a selector not found in advance
+    /// is matched against the model's sets and endpoints.
+    pub fn selected(&self, model: &Model, selector: &Selector, address: IpAddr) -> bool {
+        match self.nets.get(&key(selector)) {
+            Some(nets) => nets.iter().any(|net| net.contains(&address)),
+            None => selected(model, selector, address),
+        }
+    }
+}
+
+fn key(selector: &Selector) -> *const Selector {
+    std::ptr::from_ref(selector)
+}
+
+/// The nets of the network sets `selector` matches and the expected addresses (as single-
+/// address nets) of the host endpoints it matches.
+fn selected_nets(model: &Model, selector: &Selector) -> Box<[IpNet]> {
+    let sets = model
+        .network_sets()
+        .iter()
+        .filter(|set| selector.matches(&set.labels))
+        .flat_map(|set| set.nets.iter().copied());
+    let endpoints = model
+        .host_endpoints()
+        .iter()
+        .filter(|endpoint| selector.matches(&endpoint.labels))
+        .flat_map(|endpoint| endpoint.expected_ips.iter().map(|ip| IpNet::from(*ip)));
+    sets.chain(endpoints).collect()
 }

@@ -28,7 +28,7 @@ use crate::facts::HostFacts;
 use crate::marks::MarkBits;
 use crate::model::{self, Direction, IpFamily, Model, Policy, TierAction};
 
-pub use matching::{rule_matches, selected};
+pub use matching::{Selections, rule_matches, selected};
 pub use report::{ConnState, Logged, Outcome, Packet, Stage, Step, Trace, Travel, Verdict};
 
 /// The source port assumed when none is given.
@@ -48,6 +48,7 @@ pub struct Evaluator<'m> {
     marks: MarkBits,
     bindings: Vec<Binding<'m>>,
     own_addresses: Vec<IpAddr>,
+    selections: Selections<'m>,
 }
 
 impl<'m> Evaluator<'m> {
@@ -62,6 +63,7 @@ impl<'m> Evaluator<'m> {
             marks: crate::compile::marks_of(config),
             bindings: binding::bind(model, endpoints, host, &mut warnings),
             own_addresses: host.own_addresses(&config.host_interface_exclude),
+            selections: Selections::of(model),
         }
     }
 
@@ -76,6 +78,7 @@ impl<'m> Evaluator<'m> {
             family,
             bindings: &self.bindings,
             own_addresses: &self.own_addresses,
+            selections: &self.selections,
             bits: 0,
             logs: Vec::new(),
             decision: None,
@@ -237,6 +240,7 @@ struct Tracer<'a> {
     family: IpFamily,
     bindings: &'a [Binding<'a>],
     own_addresses: &'a [IpAddr],
+    selections: &'a Selections<'a>,
     /// Our mark bits on the packet.
     bits: u32,
     logs: Vec<Logged>,
@@ -550,7 +554,7 @@ impl Tracer<'_> {
         header.chain = Some(chain.clone());
         steps.push(header);
         for (index, rule) in rules.iter().enumerate() {
-            if !rule_matches(self.model, rule, self.packet, self.family) {
+            if !rule_matches(self.model, self.selections, rule, self.packet, self.family) {
                 continue;
             }
             matched_any = true;

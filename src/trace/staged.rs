@@ -100,7 +100,7 @@ impl Tracer<'_> {
             .iter()
             .enumerate()
         {
-            if !super::rule_matches(self.model, rule, self.packet, self.family) {
+            if !super::rule_matches(self.model, self.selections, rule, self.packet, self.family) {
                 continue;
             }
             let marks = self.marks;

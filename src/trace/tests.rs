@@ -399,3 +399,73 @@ fn tracing_only_what_changed_rules_match_cuts_the_same_connections() {
         full.checked
     );
 }
+
+#[test]
+fn selections_found_in_advance_pick_what_matching_each_time_picks() {
+    let yaml = r"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkSet
+metadata: {name: office, labels: {trusted: 'yes'}}
+spec: {nets: [198.51.100.128/25, '2001:db8:1::/64']}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkSet
+metadata: {name: partners, labels: {trusted: 'partly'}}
+spec: {nets: [203.0.113.0/28]}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: node1-eth0, labels: {role: node}}
+spec: {node: node1, interfaceName: eth0, expectedIPs: [192.0.2.10, '2001:db8::10']}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: guard}
+spec:
+  selector: all()
+  ingress:
+    - action: Allow
+      source: {selector: trusted == 'yes', notSelector: role == 'node'}
+    - action: Deny
+      source: {selector: has(trusted) || role == 'node'}
+      destination: {notSelector: trusted == 'partly'}
+";
+    let model = model(yaml);
+    let selections = Selections::of(&model);
+    let addresses = [
+        "198.51.100.200",
+        "198.51.100.20",
+        "203.0.113.5",
+        "203.0.113.17",
+        "192.0.2.10",
+        "192.0.2.11",
+        "2001:db8:1::5",
+        "2001:db8::10",
+        "2001:db8::11",
+    ];
+    let mut selectors = 0;
+    let mut picked = 0;
+    for rule in model
+        .policies()
+        .iter()
+        .flat_map(|p| p.ingress.iter().flatten())
+    {
+        for entity in [&rule.source, &rule.destination] {
+            for selector in entity.selector.iter().chain(&entity.not_selector) {
+                selectors += 1;
+                for address in addresses.map(ip) {
+                    let expected = selected(&model, selector, address);
+                    assert_eq!(
+                        selections.selected(&model, selector, address),
+                        expected,
+                        "{selector:?} {address}"
+                    );
+                    picked += usize::from(expected);
+                }
+            }
+        }
+    }
+    assert_eq!(selectors, 4);
+    // Both kinds of source behind the selectors are exercised, not only misses.
+    assert!(picked >= 6, "{picked}");
+}
