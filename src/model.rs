@@ -520,6 +520,43 @@ impl Rule {
             .collect()
     }
 
+    /// Whether `other` matches the same packets with the same action: every field but where
+    /// the rule was written and its annotations (an edit above a rule moves its origin, and
+    /// that changes no verdict).
+    pub fn decides_like(&self, other: &Rule) -> bool {
+        let Rule {
+            action,
+            protocol,
+            not_protocol,
+            icmp,
+            not_icmp,
+            ip_version,
+            source,
+            destination,
+            annotations: _,
+            origin: _,
+        } = self;
+        (
+            action,
+            protocol,
+            not_protocol,
+            icmp,
+            not_icmp,
+            ip_version,
+            source,
+            destination,
+        ) == (
+            &other.action,
+            &other.protocol,
+            &other.not_protocol,
+            &other.icmp,
+            &other.not_icmp,
+            &other.ip_version,
+            &other.source,
+            &other.destination,
+        )
+    }
+
     /// Whether this rule can apply to `family` (see [`Rule::families`]), without allocating:
     /// the tracer asks it for every rule of every packet it follows.
     pub fn applies_to(&self, family: IpFamily) -> bool {

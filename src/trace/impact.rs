@@ -14,10 +14,11 @@ use crate::config::Config;
 use crate::facts::HostFacts;
 use crate::model::{IpFamily, Model, Port, Rule};
 
-/// Most sources tried (the first of each net the policies name).
+/// Most sources tried (the first of each net the policies name, among those a changed rule
+/// can match).
 pub const MAX_SOURCES: usize = 256;
 
-/// Most destination ports tried.
+/// Most destination ports tried (among those a changed rule can match).
 pub const MAX_PORTS: usize = 64;
 
 /// A connection that gets through before the change and is dropped after it.
@@ -69,17 +70,32 @@ pub(super) fn cuts_among(
         // Only packets some changed rule can match may change verdict: every other policy
         // is the same, in the same place, and a policy none of whose rules match a packet
         // passes it on as it did.
-        if let Some(nets) = source_nets(&changed) {
-            sources.retain(|source| nets.iter().any(|net| net.contains(source)));
+        //
+        // Where some changed rule matches sources (or ports) it does not name, every source
+        // (or port) stays, those the changed rules name first: they are the ones the cap
+        // below must not leave out.
+        let named = changed_source_nets(&changed);
+        let in_named = |source: &IpAddr| named.iter().any(|net| net.contains(source));
+        if sources_all_named(&changed) {
+            sources.retain(in_named);
+        } else {
+            sources.sort_by_key(|source| !in_named(source));
         }
-        if let Some(matched) = destination_ports(&changed) {
-            ports.retain(|(protocol, port)| {
-                matched
-                    .iter()
-                    .any(|(p, first, last)| p == protocol && (first..=last).contains(&port))
-            });
+        let matched = changed_port_ranges(&changed);
+        let in_matched = |(protocol, port): &(u8, u16)| {
+            matched
+                .iter()
+                .any(|(p, first, last)| p == protocol && (first..=last).contains(&port))
+        };
+        if ports_all_named(&changed) {
+            ports.retain(in_matched);
+        } else {
+            ports.sort_by_key(|port| !in_matched(port));
         }
     }
+    // Capped after narrowing, so a large policy set still samples what the change touches.
+    sources.truncate(MAX_SOURCES);
+    ports.truncate(MAX_PORTS);
     let interfaces = bound_interfaces(&[before, after], config, host);
     let own = host.own_addresses(&config.host_interface_exclude);
     let (before, after) = (
@@ -126,6 +142,10 @@ pub(super) fn cuts_among(
             }
         }
     }
+    // In the order of the sources, then ports, whichever were tried first.
+    impact.cuts.sort_by(|a, b| {
+        (a.src, a.protocol, a.dport, &a.interface).cmp(&(b.src, b.protocol, b.dport, &b.interface))
+    });
     impact
 }
 
@@ -193,7 +213,13 @@ fn changed_rules<'m>(before: &'m Model, after: &'m Model) -> Option<Vec<&'m Rule
         if !placed || !governs {
             return None;
         }
-        if a.ingress != b.ingress {
+        let same_ingress = match (&a.ingress, &b.ingress) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.decides_like(b))
+            }
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        if !same_ingress {
             changed.extend(a.ingress.iter().flatten());
             changed.extend(b.ingress.iter().flatten());
         }
@@ -201,49 +227,65 @@ fn changed_rules<'m>(before: &'m Model, after: &'m Model) -> Option<Vec<&'m Rule
     Some(changed)
 }
 
-/// The source nets every one of `rules` requires (so a source outside all of them matches
-/// none); `None` when some rule matches sources without nets (no `nets`, `notNets`, or a
-/// selector).
-fn source_nets(rules: &[&Rule]) -> Option<Vec<IpNet>> {
-    let mut nets = Vec::new();
-    for rule in rules {
+/// Whether every one of `rules` requires a source in its nets (so a source outside all of
+/// them matches none): not when some rule matches sources without nets (no `nets`,
+/// `notNets`, or a selector).
+fn sources_all_named(rules: &[&Rule]) -> bool {
+    rules.iter().all(|rule| {
         let source = &rule.source;
-        if source.nets.is_empty()
-            || !source.not_nets.is_empty()
-            || source.selector.is_some()
-            || source.not_selector.is_some()
-        {
-            return None;
-        }
-        nets.extend(&source.nets);
-    }
-    Some(nets)
+        !source.nets.is_empty()
+            && source.not_nets.is_empty()
+            && source.selector.is_none()
+            && source.not_selector.is_none()
+    })
 }
 
-/// The (protocol, first port, last port) every one of `rules` requires; `None` when some rule
-/// matches a port it does not name (no protocol or ports, `notPorts`, a named port).
-fn destination_ports(rules: &[&Rule]) -> Option<Vec<(u8, u16, u16)>> {
-    let mut ports = Vec::new();
-    for rule in rules {
-        let protocol = rule.protocol?;
+/// The source nets (and not-nets) `rules` name.
+fn changed_source_nets(rules: &[&Rule]) -> Vec<IpNet> {
+    rules
+        .iter()
+        .flat_map(|rule| rule.source.nets.iter().chain(&rule.source.not_nets))
+        .copied()
+        .collect()
+}
+
+/// Whether every one of `rules` requires a protocol and a destination port it names: not
+/// when some rule matches a port it does not name (no protocol or ports, `notPorts`, a named
+/// port).
+fn ports_all_named(rules: &[&Rule]) -> bool {
+    rules.iter().all(|rule| {
         let destination = &rule.destination;
-        if destination.ports.is_empty() || !destination.not_ports.is_empty() {
-            return None;
-        }
-        for port in &destination.ports {
+        rule.protocol.is_some()
+            && !destination.ports.is_empty()
+            && destination.not_ports.is_empty()
+            && !destination
+                .ports
+                .iter()
+                .any(|port| matches!(port, Port::Named(_)))
+    })
+}
+
+/// The (protocol, first port, last port) of each numbered destination port `rules` name
+/// with a protocol.
+fn changed_port_ranges(rules: &[&Rule]) -> Vec<(u8, u16, u16)> {
+    let mut ranges = Vec::new();
+    for rule in rules {
+        let Some(protocol) = rule.protocol else {
+            continue;
+        };
+        for port in &rule.destination.ports {
             match port {
-                Port::Single(port) => ports.push((protocol.number(), *port, *port)),
-                Port::Range(first, last) => ports.push((protocol.number(), *first, *last)),
-                Port::Named(_) => return None,
+                Port::Single(port) => ranges.push((protocol.number(), *port, *port)),
+                Port::Range(first, last) => ranges.push((protocol.number(), *first, *last)),
+                Port::Named(_) => {}
             }
         }
     }
-    Some(ports)
+    ranges
 }
 
 /// One address of each net the policies and network sets name (the address itself for a
-/// host route, else the first address after the network's), sorted, at most
-/// [`MAX_SOURCES`].
+/// host route, else the first address after the network's), sorted.
 fn named_sources(models: &[&Model]) -> Vec<IpAddr> {
     let mut nets: Vec<IpNet> = Vec::new();
     for model in models {
@@ -265,11 +307,10 @@ fn named_sources(models: &[&Model]) -> Vec<IpAddr> {
         };
         sources.extend(address);
     }
-    sources.into_iter().take(MAX_SOURCES).collect()
+    sources.into_iter().collect()
 }
 
-/// The destination ports the policies' ingress rules name, with their protocol, sorted, at
-/// most [`MAX_PORTS`].
+/// The destination ports the policies' ingress rules name, with their protocol, sorted.
 fn named_ports(models: &[&Model]) -> Vec<(u8, u16)> {
     let mut ports: BTreeSet<(u8, u16)> = BTreeSet::new();
     for model in models {
@@ -288,7 +329,7 @@ fn named_ports(models: &[&Model]) -> Vec<(u8, u16)> {
             }
         }
     }
-    ports.into_iter().take(MAX_PORTS).collect()
+    ports.into_iter().collect()
 }
 
 /// Every interface a host endpoint stands for, before or after, and `None` (one without an

@@ -469,3 +469,73 @@ spec:
     // Both kinds of source behind the selectors are exercised, not only misses.
     assert!(picked >= 6, "{picked}");
 }
+
+#[test]
+fn an_edit_that_moves_the_policies_below_it_is_still_traced_on_its_own_port() {
+    // A longer line moves where every later rule was written; that changes no verdict.
+    let before = model(GUARDS);
+    let after = model(&GUARDS.replacen(
+        "198.51.100.10/32, ",
+        "198.51.100.10/32, 198.51.100.99/32, ",
+        1,
+    ));
+    let narrow = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), true);
+    let full = impact::cuts_among(&before, &after, &Config::default(), &golden_host(), false);
+    assert_eq!(narrow.cuts, full.cuts);
+    assert!(
+        narrow.checked * 3 <= full.checked,
+        "{} of {}",
+        narrow.checked,
+        full.checked
+    );
+}
+
+#[test]
+fn the_sources_a_change_names_are_tried_however_many_others_the_policies_name() {
+    // More named sources than are traced, all sorting before the one the change cuts off.
+    let many: Vec<String> = (0..=255)
+        .map(|host| format!("192.0.2.{host}/32"))
+        .chain((0..64).map(|host| format!("198.51.100.{host}/32")))
+        .collect();
+    let yaml = format!(
+        r"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {{name: a-many}}
+spec:
+  order: 1
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source: {{nets: [{}]}}
+      destination: {{ports: [30001]}}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {{name: z-office}}
+spec:
+  order: 2
+  preDNAT: true
+  applyOnForward: true
+  selector: all()
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source: {{nets: [203.0.113.200/32]}}
+      destination: {{ports: [30008]}}
+    - action: Deny
+      protocol: TCP
+      destination: {{ports: [30008]}}
+",
+        many.join(", ")
+    );
+    assert!(many.len() > impact::MAX_SOURCES);
+    let before = model(&yaml);
+    let after = model(&yaml.replace("203.0.113.200/32", "203.0.113.201/32"));
+    let impact = impact::cuts(&before, &after, &Config::default(), &golden_host());
+    let cut: Vec<(IpAddr, u16)> = impact.cuts.iter().map(|c| (c.src, c.dport)).collect();
+    assert_eq!(cut, vec![(ip("203.0.113.200"), 30008)]);
+}
