@@ -124,11 +124,11 @@ pub(super) fn cuts_among(
                     state: ConnState::New,
                 };
                 impact.checked += 1;
-                let was = before.trace(&packet).verdict;
+                let was = before.verdict(&packet);
                 if was.outcome == Outcome::Dropped {
                     continue;
                 }
-                let now = after.trace(&packet).verdict;
+                let now = after.verdict(&packet);
                 if now.outcome == Outcome::Dropped {
                     impact.cuts.push(Cut {
                         src,

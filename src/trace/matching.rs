@@ -43,9 +43,6 @@ pub fn rule_matches(
     packet: &Packet,
     family: IpFamily,
 ) -> bool {
-    if !rule.applies_to(family) {
-        return false;
-    }
     // `notProtocol` equal to `protocol` can never match; a different one says nothing more.
     match (rule.protocol, rule.not_protocol) {
         (Some(p), Some(n)) if p == n => return false,
@@ -64,12 +61,18 @@ pub fn rule_matches(
         return false;
     }
     let protocol = rule.protocol.map(model::Protocol::number);
-    [
+    let ends = [
         (End::Source, &rule.source),
         (End::Destination, &rule.destination),
-    ]
-    .into_iter()
-    .all(|(end, entity)| entity_matches(model, selections, entity, protocol, packet, end, family))
+    ];
+    // The cheapest tests first: most rules a packet meets are for another port, and a rule's
+    // family and nets take a walk over all its nets.
+    ends.iter()
+        .all(|&(end, entity)| ports_of_entity_match(model, entity, protocol, packet, end))
+        && rule.applies_to(family)
+        && ends.iter().all(|&(end, entity)| {
+            addresses_of_entity_match(model, selections, entity, packet, end, family)
+        })
 }
 
 /// An ICMP type (and code, if given) match; a packet of another protocol never matches.
@@ -80,23 +83,22 @@ fn icmp_matches(icmp: IcmpMatch, packet: &Packet) -> bool {
         && icmp.code.is_none_or(|code| packet.icmp_code == Some(code))
 }
 
-fn entity_matches(
+/// Whether the packet's port at `end` is one of the entity's ports and none of its
+/// `notPorts`.
+fn ports_of_entity_match(
     model: &Model,
-    selections: &Selections<'_>,
     entity: &EntityRule,
     protocol: Option<u8>,
     packet: &Packet,
     end: End,
-    family: IpFamily,
 ) -> bool {
-    let address = packet.address(end);
     let selector = entity.selector.as_ref();
     if !entity.ports.is_empty()
         && !ports_match(model, &entity.ports, protocol, selector, packet, end)
     {
         return false;
     }
-    if entity.not_ports.iter().any(|port| {
+    !entity.not_ports.iter().any(|port| {
         ports_match(
             model,
             std::slice::from_ref(port),
@@ -105,9 +107,20 @@ fn entity_matches(
             packet,
             end,
         )
-    }) {
-        return false;
-    }
+    })
+}
+
+/// Whether the packet's address at `end` is in the entity's nets (of the family) and
+/// selector, and in none of its `notNets` and not-selector.
+fn addresses_of_entity_match(
+    model: &Model,
+    selections: &Selections<'_>,
+    entity: &EntityRule,
+    packet: &Packet,
+    end: End,
+    family: IpFamily,
+) -> bool {
+    let address = packet.address(end);
     let in_nets = |nets: &[IpNet]| {
         nets.iter()
             .filter(|net| IpFamily::of_net(net) == family)

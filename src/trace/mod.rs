@@ -69,8 +69,19 @@ impl<'m> Evaluator<'m> {
 
     /// Traces `packet`.
     pub fn trace(&self, packet: &Packet) -> Trace {
+        self.tracer(packet, true).run(self.host)
+    }
+
+    /// The verdict on `packet`, as [`Evaluator::trace`] gives it, without the account of the
+    /// policies passed on the way (what a change cuts off and revocation trace thousands of
+    /// packets through thousands of policies, and read only the verdict).
+    pub fn verdict(&self, packet: &Packet) -> Verdict {
+        self.tracer(packet, false).run(self.host).verdict
+    }
+
+    fn tracer<'t>(&'t self, packet: &'t Packet, account: bool) -> Tracer<'t> {
         let family = packet.family();
-        let tracer = Tracer {
+        Tracer {
             model: self.model,
             config: self.config,
             marks: self.marks,
@@ -79,11 +90,11 @@ impl<'m> Evaluator<'m> {
             bindings: &self.bindings,
             own_addresses: &self.own_addresses,
             selections: &self.selections,
+            account,
             bits: 0,
             logs: Vec::new(),
             decision: None,
-        };
-        tracer.run(self.host)
+        }
     }
 }
 
@@ -241,6 +252,9 @@ struct Tracer<'a> {
     bindings: &'a [Binding<'a>],
     own_addresses: &'a [IpAddr],
     selections: &'a Selections<'a>,
+    /// Whether the steps tell of every policy passed (else only of those with a rule that
+    /// matches: the verdict is the same).
+    account: bool,
     /// Our mark bits on the packet.
     bits: u32,
     logs: Vec<Logged>,
@@ -545,8 +559,14 @@ impl Tracer<'_> {
     /// One policy's chain: its rules in order until one decides.
     fn policy(&mut self, policy: &Policy, path: Path, at: &str, steps: &mut Vec<Step>) -> ChainEnd {
         let direction = path.direction();
-        let chain = crate::compile::names::policy_chain(&policy.name, direction);
         let rules = policy.rules(direction).unwrap_or_default();
+        let matches =
+            |rule| rule_matches(self.model, self.selections, rule, self.packet, self.family);
+        if !self.account && !rules.iter().any(matches) {
+            // Nothing but the account of the walk depends on a policy no rule of which matches.
+            return ChainEnd::Returned;
+        }
+        let chain = crate::compile::names::policy_chain(&policy.name, direction);
         let mut matched_any = false;
         let mut header = Step::new("policy", 2, format!("policy {}", policy.name));
         header.policy = Some(policy.name.clone());

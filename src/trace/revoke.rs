@@ -150,12 +150,12 @@ impl<'a> Judge<'a> {
             },
             state: ConnState::New,
         };
-        let now = self.judge_after.trace(&packet).verdict;
+        let now = self.judge_after.verdict(&packet);
         let verdict = (now.outcome == Outcome::Dropped
             && self
                 .judge_before
                 .as_ref()
-                .is_none_or(|before| before.trace(&packet).verdict.outcome != Outcome::Dropped))
+                .is_none_or(|before| before.verdict(&packet).outcome != Outcome::Dropped))
         .then_some(now);
         self.seen.insert(key, verdict.clone());
         verdict

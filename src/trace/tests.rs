@@ -539,3 +539,39 @@ spec:
     let cut: Vec<(IpAddr, u16)> = impact.cuts.iter().map(|c| (c.src, c.dport)).collect();
     assert_eq!(cut, vec![(ip("203.0.113.200"), 30008)]);
 }
+
+#[test]
+fn the_verdict_alone_is_the_verdict_of_the_whole_trace() {
+    let sources = [
+        "198.51.100.10",
+        "198.51.100.200",
+        "203.0.113.1",
+        "203.0.113.20",
+        "192.0.2.1",
+        "192.0.2.100",
+        "2001:db8::1",
+    ];
+    let ports = [22, 30008, 30053, 30100, 30150, 30201, 8080];
+    let (config, host) = (Config::default(), golden_host());
+    let mut decided = 0;
+    for yaml in [WHITELIST, TIERED, EXPLICIT_ENDPOINT, GUARDS] {
+        let model = model(yaml);
+        let evaluator = Evaluator::new(&model, &config, &host);
+        for source in sources {
+            for port in ports {
+                for protocol in [6, 17] {
+                    let mut packet = tcp(source, port);
+                    packet.protocol = protocol;
+                    if packet.src.is_ipv6() {
+                        packet.dst = ip("2001:db8:1::1");
+                    }
+                    let traced = evaluator.trace(&packet).verdict;
+                    assert_eq!(evaluator.verdict(&packet), traced, "{packet:?}");
+                    decided += usize::from(traced.outcome != Outcome::NotOurs);
+                }
+            }
+        }
+    }
+    // Most packets meet a policy that decides, so the shortcut is exercised both ways.
+    assert!(decided > 50, "{decided}");
+}
