@@ -4,7 +4,8 @@
 //! `cargo bench --bench compile` runs criterion's measurements of compile + render and then
 //! prints, for each size, measured side by side in this run: the median time to load the
 //! policy text (YAML parsing and validation) and to compile + render it, the time per policy,
-//! the growth factor against the size ten times smaller (near 10× means linear), the peak heap
+//! the growth factor against the size ten times smaller (near 10× means linear), the time to
+//! trace what one added CIDR cuts off (the warning `plan` and `apply` print), the peak heap
 //! (counted by this bench's global allocator) of each stage, and the longest chain, which must
 //! stay at a few hundred rules however many policies there are.
 //!
@@ -25,6 +26,7 @@ use nodeport_guard::facts::HostFacts;
 use nodeport_guard::load::parse_file;
 use nodeport_guard::model::Model;
 use nodeport_guard::source::{SourceFile, Sources};
+use nodeport_guard::trace::impact;
 use nodeport_guard::validate::validate;
 
 const SIZES: [(usize, usize); 4] = [(10, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000)];
@@ -96,7 +98,7 @@ fn mib(bytes: usize) -> String {
 fn growth() {
     println!("\ncompile + render, medians of this run (load = YAML parsing + validation):");
     println!(
-        "{:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>7} {:>11} {:>11} {:>10} {:>7}",
+        "{:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>7} {:>10} {:>11} {:>11} {:>10} {:>7}",
         "policies",
         "CIDRs",
         "rules",
@@ -104,6 +106,7 @@ fn growth() {
         "compile+r",
         "per policy",
         "growth",
+        "impact",
         "heap load",
         "heap comp+r",
         "text",
@@ -121,6 +124,18 @@ fn growth() {
             std::hint::black_box(compile_and_render(&model));
         });
         let (_, compile_heap) = peak_heap(|| compile_and_render(&model));
+        let changed = load(&common::toggle_net(
+            &text,
+            &common::inline_policy(policies),
+            "192.0.2.77/32",
+            true,
+        ));
+        let host = common::host_with_eth0();
+        let traced = impact::cuts(&model, &changed, &Config::default(), &host).checked;
+        assert!(traced > 0, "the change must be traced through some packets");
+        let impact_time = time(runs, || {
+            std::hint::black_box(impact::cuts(&model, &changed, &Config::default(), &host));
+        });
         let compiled = compile(&model, &Config::default(), &HostFacts::minimal("node1"));
         let rules: usize = compiled
             .ruleset
@@ -138,10 +153,11 @@ fn growth() {
             format!("{:.1}x", total.as_secs_f64() / p.as_secs_f64())
         });
         println!(
-            "{policies:>8} {cidrs:>8} {rules:>7} {:>8.1}ms {:>8.1}ms {:>8.1}µs {growth:>7} {:>11} {:>11} {:>10} {longest:>7}",
+            "{policies:>8} {cidrs:>8} {rules:>7} {:>8.1}ms {:>8.1}ms {:>8.1}µs {growth:>7} {:>8.1}ms {:>11} {:>11} {:>10} {longest:>7}",
             load_time.as_secs_f64() * 1e3,
             compile_time.as_secs_f64() * 1e3,
             total.as_secs_f64() * 1e6 / policies as f64,
+            impact_time.as_secs_f64() * 1e3,
             mib(load_heap),
             mib(compile_heap),
             mib(text.len()),
@@ -149,8 +165,9 @@ fn growth() {
         previous = Some(total);
     }
     println!(
-        "growth: (load + compile+render) against the size ten times smaller; heap: the most \
-         heap each stage held at once beyond its input"
+        "growth: (load + compile+render) against the size ten times smaller; impact: tracing \
+         what one CIDR added to an inline whitelist cuts off; heap: the most heap each stage \
+         held at once beyond its input"
     );
 }
 

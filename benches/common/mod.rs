@@ -92,3 +92,42 @@ pub fn policy_set(policies: usize, cidrs: usize) -> String {
     let _ = written;
     text
 }
+
+/// Adds `extra` as the first net of the first `nets:` list of policy `name` (or takes it out
+/// again).
+pub fn toggle_net(text: &str, name: &str, extra: &str, on: bool) -> String {
+    let marker = format!("name: {name}\n");
+    let start = text.find(&marker).expect("policy in the generated set");
+    let end = text[start..]
+        .find("\n---\n")
+        .map_or(text.len(), |offset| start + offset);
+    let document = &text[start..end];
+    let with = format!("nets: [{extra}, ");
+    let changed = if on {
+        document.replacen("nets: [", &with, 1)
+    } else {
+        document.replacen(&with, "nets: [", 1)
+    };
+    format!("{}{changed}{}", &text[..start], &text[end..])
+}
+
+/// The policy the incremental figures change: the one in the middle with an inline whitelist
+/// (every tenth policy, the one before it, keeps its whitelist in a set).
+pub fn inline_policy(policies: usize) -> String {
+    format!("policy-{:05}", policies / 2 / 10 * 10 + 1)
+}
+
+/// A node `node1` with one interface, `eth0`, holding 198.51.100.1 and 2001:db8:1::1: the
+/// addresses the impact trace sends its packets to.
+pub fn host_with_eth0() -> nodeport_guard::facts::HostFacts {
+    nodeport_guard::facts::HostFacts {
+        interfaces: vec![nodeport_guard::facts::Interface {
+            name: "eth0".into(),
+            addresses: ["198.51.100.1", "2001:db8:1::1"]
+                .iter()
+                .filter_map(|a| a.parse().ok())
+                .collect(),
+        }],
+        ..nodeport_guard::facts::HostFacts::minimal("node1")
+    }
+}

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use crate::bin;
+use crate::common::toggle_net;
 use crate::opts::Opts;
-use crate::policies::{bulk, policies_for_rules, toggle_net};
+use crate::policies::{bulk, policies_for_rules};
 use crate::report::{Report, Target, interleave, median, ms, pair_ratio};
 use crate::run::{Step, run_steps, step};
 use crate::site::{Site, per_rule_steps, restore_steps, rule_count};

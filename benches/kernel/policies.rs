@@ -38,24 +38,6 @@ pub(crate) fn policies_for_rules(rules: usize) -> usize {
     }
 }
 
-/// Adds `extra` as the first net of the first `nets:` list of policy `name` (or takes it out
-/// again).
-pub(crate) fn toggle_net(text: &str, name: &str, extra: &str, on: bool) -> String {
-    let marker = format!("name: {name}\n");
-    let start = text.find(&marker).expect("policy in the generated set");
-    let end = text[start..]
-        .find("\n---\n")
-        .map_or(text.len(), |offset| start + offset);
-    let document = &text[start..end];
-    let with = format!("nets: [{extra}, ");
-    let changed = if on {
-        document.replacen("nets: [", &with, 1)
-    } else {
-        document.replacen(&with, "nets: [", 1)
-    };
-    format!("{}{changed}{}", &text[..start], &text[end..])
-}
-
 /// One policy guarding the NodePort: TCP from the whitelist allowed, everything else to the
 /// port denied. (Not the mission fixture: its Allow is scoped to TCP to the NodePort and its
 /// `order` is 0, and changing the rules measured would change the figures.)
