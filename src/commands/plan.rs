@@ -167,6 +167,28 @@ fn validated_applied(files: Vec<crate::counters::PolicyFile>) -> Option<crate::m
     Some(set.model)
 }
 
+/// Validates the policies last applied ahead of the warning about what a change cuts off,
+/// while the kernel is read and the policies to apply compile ([`validated_applied`] keeps the
+/// result for that warning): only when the policy directory no longer holds exactly the files
+/// last applied, since a plan with nothing to change needs none of it. Reading the files
+/// twice costs a millisecond; validating 1,000 policies costs 100.
+fn validate_applied_ahead(settings: &Settings) {
+    let Some(files) = applied_files(settings) else {
+        return;
+    };
+    let unchanged =
+        crate::load::list_policy_files(&settings.config.policies_dir).is_ok_and(|paths| {
+            paths.len() == files.len()
+                && paths.iter().zip(&files).all(|(path, file)| {
+                    *path == file.path
+                        && crate::load::read_source(path).is_ok_and(|text| text == file.text)
+                })
+        });
+    if !unchanged {
+        validated_applied(files);
+    }
+}
+
 /// The established connections the change would cut, counted (read from the conntrack
 /// table; `None` when it cannot be read).
 fn established_cuts(
@@ -254,8 +276,12 @@ pub fn prepare_observing(
             }
             observed
         });
+        let validating = scope.spawn(|| validate_applied_ahead(settings));
         let prepared = prepare_for(settings, backend, &facts);
         let observed = observing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        validating
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         prepared.map(|prepared| (prepared, observed))
