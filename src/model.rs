@@ -524,37 +524,45 @@ impl Rule {
     /// the rule was written and its annotations (an edit above a rule moves its origin, and
     /// that changes no verdict).
     pub fn decides_like(&self, other: &Rule) -> bool {
-        let Rule {
-            action,
-            protocol,
-            not_protocol,
-            icmp,
-            not_icmp,
-            ip_version,
-            source,
-            destination,
-            annotations: _,
-            origin: _,
-        } = self;
-        (
-            action,
-            protocol,
-            not_protocol,
-            icmp,
-            not_icmp,
-            ip_version,
-            source,
-            destination,
-        ) == (
-            &other.action,
-            &other.protocol,
-            &other.not_protocol,
-            &other.icmp,
-            &other.not_icmp,
-            &other.ip_version,
-            &other.source,
-            &other.destination,
-        )
+        /// Every field but the two that decide nothing (named, so that a new field must be
+        /// placed on one side or the other).
+        #[allow(clippy::type_complexity)]
+        fn deciding(
+            rule: &Rule,
+        ) -> (
+            &Action,
+            &Option<Protocol>,
+            &Option<Protocol>,
+            &Option<IcmpMatch>,
+            &Option<IcmpMatch>,
+            &Option<IpFamily>,
+            &EntityRule,
+            &EntityRule,
+        ) {
+            let Rule {
+                action,
+                protocol,
+                not_protocol,
+                icmp,
+                not_icmp,
+                ip_version,
+                source,
+                destination,
+                annotations: _,
+                origin: _,
+            } = rule;
+            (
+                action,
+                protocol,
+                not_protocol,
+                icmp,
+                not_icmp,
+                ip_version,
+                source,
+                destination,
+            )
+        }
+        deciding(self) == deciding(other)
     }
 
     /// Whether this rule can apply to `family` (see [`Rule::families`]), without allocating:
