@@ -140,8 +140,10 @@ fn applied_policies(
 
 /// The policy files the last apply recorded; `None` when none was recorded.
 fn applied_files(settings: &Settings) -> Option<Vec<crate::counters::PolicyFile>> {
-    let applied = StateDir::new(&settings.state_dir).applied().ok()??;
-    (!applied.policy_files.is_empty()).then_some(applied.policy_files)
+    let files = StateDir::new(&settings.state_dir)
+        .applied_policy_files()
+        .ok()??;
+    (!files.is_empty()).then_some(files)
 }
 
 /// The recorded policy files, validated; `None` when they are not valid. A command asks for
