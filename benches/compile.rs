@@ -23,11 +23,8 @@ use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
 use nodeport_guard::dataplane::iptables::render::render_all as render_iptables;
 use nodeport_guard::facts::HostFacts;
-use nodeport_guard::load::parse_file;
 use nodeport_guard::model::Model;
-use nodeport_guard::source::{SourceFile, Sources};
 use nodeport_guard::trace::impact;
-use nodeport_guard::validate::validate;
 
 const SIZES: [(usize, usize); 4] = [(10, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000)];
 
@@ -36,22 +33,8 @@ use common::heap::peak_heap;
 #[global_allocator]
 static ALLOCATOR: common::heap::Counting = common::heap::Counting;
 
-fn load(text: &str) -> Model {
-    let mut sources = Sources::new();
-    let id = sources.add(SourceFile::new("generated.yaml", text.to_owned()));
-    let (resources, diagnostics) = parse_file(id, sources.get(id));
-    assert!(diagnostics.is_empty(), "generated input must parse");
-    let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
-    let (model, diagnostics) = validate(&sources, &resources);
-    assert!(
-        !diagnostics.iter().any(|d| d.is_error()),
-        "generated input must validate"
-    );
-    model
-}
-
 fn model(policies: usize, cidrs: usize) -> Model {
-    load(&common::policy_set(policies, cidrs))
+    common::load(&common::policy_set(policies, cidrs))
 }
 
 fn compile_and_render(model: &Model) -> usize {
@@ -117,14 +100,14 @@ fn growth() {
         let text = common::policy_set(policies, cidrs);
         let runs = if policies >= 10_000 { 5 } else { 11 };
         let load_time = time(runs, || {
-            std::hint::black_box(load(&text));
+            std::hint::black_box(common::load(&text));
         });
-        let (model, load_heap) = peak_heap(|| load(&text));
+        let (model, load_heap) = peak_heap(|| common::load(&text));
         let compile_time = time(runs, || {
             std::hint::black_box(compile_and_render(&model));
         });
         let (_, compile_heap) = peak_heap(|| compile_and_render(&model));
-        let changed = load(&common::toggle_net(
+        let changed = common::load(&common::toggle_net(
             &text,
             &common::inline_policy(policies),
             "192.0.2.77/32",

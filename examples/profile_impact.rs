@@ -9,16 +9,6 @@
 mod common;
 
 use nodeport_guard::config::Config;
-use nodeport_guard::model::Model;
-use nodeport_guard::source::{SourceFile, Sources};
-
-fn load(text: &str) -> Model {
-    let mut sources = Sources::new();
-    let id = sources.add(SourceFile::new("g.yaml", text.to_owned()));
-    let (resources, _) = nodeport_guard::load::parse_file(id, sources.get(id));
-    let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
-    nodeport_guard::validate::validate(&sources, &resources).0
-}
 
 fn main() {
     let policies: usize = std::env::args()
@@ -28,7 +18,7 @@ fn main() {
     let text = common::policy_set(policies, policies * 10);
     let name = common::inline_policy(policies);
     let changed = common::toggle_net(&text, &name, "192.0.2.77/32", true);
-    let (before, after) = (load(&text), load(&changed));
+    let (before, after) = (common::load(&text), common::load(&changed));
     let host = common::host_with_eth0();
     let started = std::time::Instant::now();
     let impact = nodeport_guard::trace::impact::cuts(&before, &after, &Config::default(), &host);

@@ -131,3 +131,19 @@ pub fn host_with_eth0() -> nodeport_guard::facts::HostFacts {
         ..nodeport_guard::facts::HostFacts::minimal("node1")
     }
 }
+
+/// `text` parsed and validated as one file (panics on a diagnostic: generated input is valid).
+pub fn load(text: &str) -> nodeport_guard::model::Model {
+    use nodeport_guard::source::{SourceFile, Sources};
+    let mut sources = Sources::new();
+    let id = sources.add(SourceFile::new("generated.yaml", text.to_owned()));
+    let (resources, diagnostics) = nodeport_guard::load::parse_file(id, sources.get(id));
+    assert!(diagnostics.is_empty(), "generated input must parse");
+    let resources: Vec<_> = resources.into_iter().map(|r| (id, r)).collect();
+    let (model, diagnostics) = nodeport_guard::validate::validate(&sources, &resources);
+    assert!(
+        !diagnostics.iter().any(|d| d.is_error()),
+        "generated input must validate"
+    );
+    model
+}

@@ -71,7 +71,7 @@ pub fn rule_matches(
         .all(|&(end, entity)| ports_of_entity_match(model, entity, protocol, packet, end))
         && rule.applies_to(family)
         && ends.iter().all(|&(end, entity)| {
-            addresses_of_entity_match(model, selections, entity, packet, end, family)
+            addresses_of_entity_match(selections, entity, packet, end, family)
         })
 }
 
@@ -113,7 +113,6 @@ fn ports_of_entity_match(
 /// Whether the packet's address at `end` is in the entity's nets (of the family) and
 /// selector, and in none of its `notNets` and not-selector.
 fn addresses_of_entity_match(
-    model: &Model,
     selections: &Selections<'_>,
     entity: &EntityRule,
     packet: &Packet,
@@ -137,12 +136,12 @@ fn addresses_of_entity_match(
         return false;
     }
     if let Some(selector) = &entity.selector
-        && !selections.selected(model, selector, address)
+        && !selections.selected(selector, address)
     {
         return false;
     }
     if let Some(selector) = &entity.not_selector
-        && selections.selected(model, selector, address)
+        && selections.selected(selector, address)
     {
         return false;
     }
@@ -212,10 +211,10 @@ pub fn selected(model: &Model, selector: &Selector, address: IpAddr) -> bool {
 /// packets: matching a selector against every network set and host endpoint for each packet
 /// and rule cost `plan` at 10,000 policies most of a minute.
 /// Keyed by each selector's address in the model it borrows, so a key cannot outlive it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Selections<'m> {
+    model: &'m Model,
     nets: std::collections::HashMap<*const Selector, Box<[IpNet]>>,
-    model: std::marker::PhantomData<&'m Model>,
 }
 
 impl<'m> Selections<'m> {
@@ -235,18 +234,15 @@ impl<'m> Selections<'m> {
                 }
             }
         }
-        Selections {
-            nets,
-            model: std::marker::PhantomData,
-        }
+        Selections { model, nets }
     }
 
     /// Whether `selector` picks `address` (see [`selected`]); a selector not found in advance
     /// is matched against the model's sets and endpoints.
-    pub fn selected(&self, model: &Model, selector: &Selector, address: IpAddr) -> bool {
+    pub fn selected(&self, selector: &Selector, address: IpAddr) -> bool {
         match self.nets.get(&key(selector)) {
             Some(nets) => nets.iter().any(|net| net.contains(&address)),
-            None => selected(model, selector, address),
+            None => selected(self.model, selector, address),
         }
     }
 }

@@ -464,7 +464,7 @@ spec:
                 for address in addresses.map(ip) {
                     let expected = selected(&model, selector, address);
                     assert_eq!(
-                        selections.selected(&model, selector, address),
+                        selections.selected(selector, address),
                         expected,
                         "{selector:?} {address}"
                     );
