@@ -41,6 +41,31 @@ pub struct AppliedIndex {
     pub policy_files: Vec<PolicyFile>,
 }
 
+/// The policy files an apply recorded, and when: what they meant then (expiries included).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct AppliedFiles {
+    /// Seconds since the epoch.
+    pub applied_at: u64,
+    /// The files.
+    #[serde(default)]
+    pub policy_files: Vec<PolicyFile>,
+}
+
+impl AppliedFiles {
+    /// The instant they were applied at.
+    pub fn instant(&self) -> jiff::Timestamp {
+        applied_instant(self.applied_at)
+    }
+}
+
+/// Seconds since the epoch as an instant (the epoch itself if out of range).
+pub fn applied_instant(applied_at: u64) -> jiff::Timestamp {
+    i64::try_from(applied_at)
+        .ok()
+        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+}
+
 /// One policy file as it was applied.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PolicyFile {

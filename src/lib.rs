@@ -22,6 +22,7 @@ pub mod drops;
 pub mod facts;
 #[doc(hidden)]
 pub mod fixtures;
+pub mod grants;
 pub mod load;
 pub mod marks;
 pub mod model;

@@ -225,6 +225,8 @@ pub struct Policy {
     pub kind: PolicyKind,
     /// `applyOnForward`.
     pub apply_on_forward: bool,
+    /// When it stops counting (`nodeport-guard.io/expires`), if ever.
+    pub expires: Option<Expiry>,
     /// Where it was written.
     pub origin: Origin,
 }
@@ -257,8 +259,40 @@ pub struct StagedDeletion {
     pub name: String,
     /// Its tier.
     pub tier: String,
+    /// When it stops counting (`nodeport-guard.io/expires`), if ever.
+    pub expires: Option<Expiry>,
     /// Where it was written.
     pub origin: Origin,
+}
+
+/// The annotation that makes a policy, staged policy or network set expire: an RFC 3339 time
+/// with an offset, from which on the resource is treated as if no file held it.
+pub const EXPIRES_ANNOTATION: &str = "nodeport-guard.io/expires";
+
+/// The annotation `grant` writes with who granted the access.
+pub const GRANTED_BY_ANNOTATION: &str = "nodeport-guard.io/granted-by";
+
+/// The annotation `grant` writes with why the access was granted.
+pub const REASON_ANNOTATION: &str = "nodeport-guard.io/reason";
+
+/// When a resource stops counting, and what its other grant annotations say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expiry {
+    /// The instant from which on the resource is left out.
+    pub at: jiff::Timestamp,
+    /// Where the annotation's value was written.
+    pub origin: Origin,
+    /// `nodeport-guard.io/granted-by`, if written.
+    pub granted_by: Option<String>,
+    /// `nodeport-guard.io/reason`, if written.
+    pub reason: Option<String>,
+}
+
+impl Expiry {
+    /// Whether the resource no longer counts at `now` (the instant itself included).
+    pub fn has_passed(&self, now: jiff::Timestamp) -> bool {
+        self.at <= now
+    }
 }
 
 /// The tier every policy without `spec.tier` is in; it always exists.
@@ -593,6 +627,8 @@ pub struct NetworkSet {
     pub labels: Labels,
     /// The networks in the set (single addresses as /32 or /128).
     pub nets: Vec<IpNet>,
+    /// When it stops counting (`nodeport-guard.io/expires`), if ever.
+    pub expires: Option<Expiry>,
     /// Where it was written.
     pub origin: Origin,
 }

@@ -24,8 +24,14 @@ pub struct PolicySet {
     pub model: Model,
     /// Every problem found, sorted by file and position.
     pub diagnostics: Vec<Diagnostic>,
-    /// A hash of every file's path and content: equal fingerprints mean equal input.
+    /// A hash of every file's path and content, and of which resources have expired: equal
+    /// fingerprints mean equal input.
     pub fingerprint: String,
+    /// The instant the set was read at, which decided what has expired.
+    pub now: jiff::Timestamp,
+    /// The model as validated, with the resources that have expired at `now` (the model in
+    /// force is `model`): what lists and times the expiries.
+    pub validated: Model,
 }
 
 impl PolicySet {
@@ -34,13 +40,24 @@ impl PolicySet {
         !diagnostic::has_errors(&self.diagnostics)
     }
 
+    /// Whether the files hold no policy at all, counting those that have expired: an expiry
+    /// never counts as the directory emptying (the daemon's `allowEmpty` guard).
+    pub fn holds_no_policy(&self) -> bool {
+        self.validated.is_empty()
+    }
+
+    /// The earliest expiry still to come, if any.
+    pub fn next_expiry(&self) -> Option<jiff::Timestamp> {
+        validate::expiry::next_expiry(&self.validated, self.now)
+    }
+
     /// The set a missing policy directory reads as: valid and empty, so that the daemon's
     /// empty-set guard decides what happens.
     pub fn missing() -> PolicySet {
         let loaded = load::Loaded::default();
         PolicySet {
             fingerprint: "missing".to_owned(),
-            ..validated(loaded)
+            ..validated(loaded, jiff::Timestamp::UNIX_EPOCH)
         }
     }
 }
@@ -52,7 +69,7 @@ pub fn load(paths: &[PathBuf]) -> PolicySet {
 
 /// [`load`] with options.
 pub fn load_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
-    validated(load::load_paths_with(paths, options))
+    validated(load::load_paths_with(paths, options), options.now)
 }
 
 /// [`load_with`], parsing and checking only the files whose text changed since the read that
@@ -81,7 +98,7 @@ pub fn load_cached(paths: &[PathBuf], options: load::LoadOptions, cache: &mut Ca
     let validated = validate::validate_files(&loaded.sources, &inputs);
     drop(inputs);
     drop(resources);
-    let set = assembled(loaded, validated.model, validated.diagnostics);
+    let set = assembled(loaded, validated.model, validated.diagnostics, options.now);
     for (reusable, (file, source)) in validated.reusable.iter().zip(set.sources.iter()) {
         if let Some(resources) = reusable
             && !with_diagnostics.contains(&file)
@@ -151,8 +168,8 @@ fn file_inputs<'a>(
 }
 
 /// Validates policy files given as texts (the files an apply recorded), as [`load`] validates
-/// what it reads.
-pub fn from_files(files: &[crate::counters::PolicyFile]) -> PolicySet {
+/// what it reads, at the instant `now` (for the files an apply recorded: when it applied them).
+pub fn from_files(files: &[crate::counters::PolicyFile], now: jiff::Timestamp) -> PolicySet {
     let mut loaded = load::Loaded::default();
     for file in files {
         let id = loaded.sources.add(crate::source::SourceFile::new(
@@ -165,18 +182,26 @@ pub fn from_files(files: &[crate::counters::PolicyFile]) -> PolicySet {
             .extend(resources.into_iter().map(|resource| (id, resource)));
         loaded.diagnostics.extend(diagnostics);
     }
-    validated(loaded)
+    validated(loaded, now)
 }
 
-/// Validates what was read into a policy set.
-fn validated(loaded: load::Loaded) -> PolicySet {
+/// Validates what was read into a policy set, at the instant `now`.
+fn validated(loaded: load::Loaded, now: jiff::Timestamp) -> PolicySet {
     let (model, diagnostics) = validate::validate(&loaded.sources, &loaded.resources);
-    assembled(loaded, model, diagnostics)
+    assembled(loaded, model, diagnostics, now)
 }
 
-/// The policy set of what was read and what its validation found.
-fn assembled(loaded: load::Loaded, model: Model, mut diagnostics: Vec<Diagnostic>) -> PolicySet {
+/// The policy set of what was read and what its validation found, at the instant `now`: what
+/// has expired by then is left out of the model, with a warning.
+fn assembled(
+    loaded: load::Loaded,
+    validated: Model,
+    mut diagnostics: Vec<Diagnostic>,
+    now: jiff::Timestamp,
+) -> PolicySet {
+    let (model, expired) = validate::expiry::at(&validated, now);
     diagnostics.extend(loaded.diagnostics);
+    diagnostics.extend(expired);
     diagnostic::sort(&mut diagnostics);
     let mut fingerprint_input = String::new();
     for (_, file) in loaded.sources.iter() {
@@ -185,11 +210,17 @@ fn assembled(loaded: load::Loaded, model: Model, mut diagnostics: Vec<Diagnostic
         fingerprint_input.push_str(&file.text);
         fingerprint_input.push('\0');
     }
+    // The same files mean other rules once something in them has expired.
+    for expiry in validate::expiry::expiries(&validated).filter(|e| e.has_passed(now)) {
+        fingerprint_input.push_str(&format!("expired {}\0", expiry.at));
+    }
     PolicySet {
         sources: loaded.sources,
         model,
         diagnostics,
         fingerprint: crate::digest::hash(&fingerprint_input),
+        now,
+        validated,
     }
 }
 

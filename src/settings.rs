@@ -76,6 +76,7 @@ impl Settings {
             state_dir: global.state_dir.clone(),
             load: load::LoadOptions {
                 strict_permissions: global.strict_permissions,
+                now: jiff::Timestamp::now(),
             },
         })
     }

@@ -369,7 +369,7 @@ proptest! {
             if let Some(edit) = edit {
                 world.apply(edit);
             }
-            let set = policy_set::from_files(&world.files());
+            let set = policy_set::from_files(&world.files(), jiff::Timestamp::UNIX_EPOCH);
             if !set.is_valid() {
                 // An invalid set is never compiled: the daemon keeps the last good rules and
                 // its memo as it was.
@@ -423,7 +423,7 @@ fn one_changed_policy_compiles_one_chain() {
     let mut memo = Memo::default();
     let mut render_memo = RenderMemo::default();
     let mut run = |world: &World| {
-        let set = policy_set::from_files(&world.files());
+        let set = policy_set::from_files(&world.files(), jiff::Timestamp::UNIX_EPOCH);
         assert!(set.is_valid(), "{:?}", set.diagnostics);
         let compiled = compile_with(&set.model, &world.config(), &host, &mut memo);
         desired_with(&compiled.ruleset, &iptables::SPELLING, &mut render_memo);

@@ -120,7 +120,10 @@ pub fn run(
     }
     let mut changes = plan::plan(&target.desired, &observed);
     let model = model.or_else(|| {
-        let policies = policy_set::from_files(&target.index.policy_files);
+        let policies = policy_set::from_files(
+            &target.index.policy_files,
+            crate::counters::applied_instant(target.index.applied_at),
+        );
         policies.is_valid().then_some(policies.model)
     });
     name_policies(&mut changes, settings, model.as_ref());
@@ -223,7 +226,10 @@ fn revoke_after_apply(
     before: Option<&crate::model::Model>,
     index: &AppliedIndex,
 ) {
-    let after = crate::policy_set::from_files(&index.policy_files);
+    let after = crate::policy_set::from_files(
+        &index.policy_files,
+        crate::counters::applied_instant(index.applied_at),
+    );
     if index.policy_files.is_empty() || !after.is_valid() {
         return;
     }

@@ -59,17 +59,31 @@ pub struct Prepared {
     pub model: crate::model::Model,
     /// The policy files, as read.
     pub policy_files: Vec<crate::counters::PolicyFile>,
+    /// Every resource that carries an expiry, active or expired, at the instant they were read.
+    pub expiring: Vec<crate::grants::Expiring>,
     /// The host they were compiled for.
     pub facts: HostFacts,
 }
 
 impl Prepared {
+    /// The first resource that has expired since the files were applied, if any: the same
+    /// files then mean other rules.
+    fn expired_since(
+        &self,
+        files: &crate::counters::AppliedFiles,
+    ) -> Option<&crate::grants::Expiring> {
+        let applied = files.instant();
+        self.expiring
+            .iter()
+            .find(|item| !item.active && item.expires > applied)
+    }
+
     /// The new connections the policies last applied let through and these would drop,
     /// among the sources and ports either names; `None` when no apply recorded its policies
     /// (or they are the same files).
     pub fn cut_off(&self, settings: &Settings) -> Option<Impact> {
         let files = applied_files(settings)?;
-        if files == self.policy_files {
+        if files.policy_files == self.policy_files && self.expired_since(&files).is_none() {
             return None;
         }
         let before = validated_applied(files)?;
@@ -135,23 +149,23 @@ fn applied_policies(
 ) -> Option<(Vec<crate::counters::PolicyFile>, crate::model::Model)> {
     let files = applied_files(settings)?;
     let model = validated_applied(files.clone())?;
-    Some((files, model))
+    Some((files.policy_files, model))
 }
 
 /// The policy files the last apply recorded; `None` when none was recorded.
-fn applied_files(settings: &Settings) -> Option<Vec<crate::counters::PolicyFile>> {
+fn applied_files(settings: &Settings) -> Option<crate::counters::AppliedFiles> {
     let files = StateDir::new(&settings.state_dir)
         .applied_policy_files()
         .ok()??;
-    (!files.is_empty()).then_some(files)
+    (!files.policy_files.is_empty()).then_some(files)
 }
 
 /// The recorded policy files, validated; `None` when they are not valid. A command asks for
 /// them up to three times (to name deleted chains' policies, for what a change cuts off, and
 /// for the established connections it cuts), so the model of the last files validated is
 /// kept, keyed by their content: validating 1,000 policies again costs 100 ms each time.
-fn validated_applied(files: Vec<crate::counters::PolicyFile>) -> Option<crate::model::Model> {
-    static LAST: std::sync::Mutex<Option<(Vec<crate::counters::PolicyFile>, crate::model::Model)>> =
+fn validated_applied(files: crate::counters::AppliedFiles) -> Option<crate::model::Model> {
+    static LAST: std::sync::Mutex<Option<(crate::counters::AppliedFiles, crate::model::Model)>> =
         std::sync::Mutex::new(None);
     let mut last = LAST
         .lock()
@@ -161,7 +175,7 @@ fn validated_applied(files: Vec<crate::counters::PolicyFile>) -> Option<crate::m
     {
         return Some(model.clone());
     }
-    let set = policy_set::from_files(&files);
+    let set = policy_set::from_files(&files.policy_files, files.instant());
     if !set.is_valid() {
         return None;
     }
@@ -180,8 +194,8 @@ fn validate_applied_ahead(settings: &Settings) {
     };
     let unchanged =
         crate::load::list_policy_files(&settings.config.policies_dir).is_ok_and(|paths| {
-            paths.len() == files.len()
-                && paths.iter().zip(&files).all(|(path, file)| {
+            paths.len() == files.policy_files.len()
+                && paths.iter().zip(&files.policy_files).all(|(path, file)| {
                     *path == file.path
                         && crate::load::read_source(path).is_ok_and(|text| text == file.text)
                 })
@@ -231,12 +245,14 @@ fn prepare_for(
 ) -> Option<Prepared> {
     let (set, compiled) = policy_set::compile_for(settings, facts)?;
     let desired = backend.desired(&compiled.ruleset);
+    let expiring = crate::grants::expiring(&set);
     Some(Prepared {
         compiled,
         policies_fingerprint: set.fingerprint,
         backend,
         desired,
         policy_files: counters::policy_files(&set.sources),
+        expiring,
         model: set.model,
         facts: facts.clone(),
     })

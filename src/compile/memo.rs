@@ -224,6 +224,8 @@ impl Hash for Context<'_> {
                 name,
                 labels,
                 nets,
+                // An expired set is not in the model at all; a live one's expiry decides nothing.
+                expires: _,
                 origin: _,
             } = &**set;
             (name, labels, nets).hash(state);
@@ -272,6 +274,8 @@ impl Hash for Compiled<'_> {
             selector: _,
             kind: _,
             apply_on_forward: _,
+            // An expired policy is not in the model at all.
+            expires: _,
             origin: _,
         } = self.0;
         (name, tier).hash(state);

@@ -55,6 +55,7 @@ fn policy(name: &str, order: f64, kind: PolicyKind, ingress: Vec<PolicyRule>) ->
         egress: None,
         kind,
         apply_on_forward: kind != PolicyKind::Normal,
+        expires: None,
         origin: origin(),
     }
 }

@@ -51,6 +51,10 @@ pub struct Metrics {
     pub drops_skipped: u64,
     /// Whether the daemon listens on the NFLOG groups.
     pub drops_listening: bool,
+    /// Resources with an expiry that still count (`nodeport-guard.io/expires`).
+    pub grants_active: usize,
+    /// Seconds since the epoch of the next expiry, if one is to come.
+    pub grant_next_expiry: Option<i64>,
 }
 
 /// Metrics shared between the loop and the server.
@@ -123,6 +127,23 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
         "gauge",
         "How long the last apply took.",
         &[(String::new(), format!("{:.6}", metrics.last_apply_seconds))],
+    );
+    metric(
+        "nodeport_guard_grants_active",
+        "gauge",
+        "Policies, staged policies and network sets with an expiry that still count.",
+        &[(String::new(), metrics.grants_active.to_string())],
+    );
+    let next_expiry: Vec<(String, String)> = metrics
+        .grant_next_expiry
+        .map(|at| (String::new(), at.to_string()))
+        .into_iter()
+        .collect();
+    metric(
+        "nodeport_guard_grant_next_expiry_timestamp_seconds",
+        "gauge",
+        "When the next expiry is due (no sample when none is to come).",
+        &next_expiry,
     );
     metric(
         "nodeport_guard_policies",
@@ -322,6 +343,21 @@ mod tests {
             "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\",tier=\"default\"} 5\n"
         ));
         assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 0\n"));
+        assert!(text.contains("nodeport_guard_grants_active 0\n"));
+        assert!(
+            !text.contains("\nnodeport_guard_grant_next_expiry_timestamp_seconds "),
+            "no sample when no expiry is to come"
+        );
+        let text = render(
+            &Metrics {
+                grants_active: 2,
+                grant_next_expiry: Some(1_796_493_600),
+                ..Metrics::default()
+            },
+            &[],
+        );
+        assert!(text.contains("nodeport_guard_grants_active 2\n"));
+        assert!(text.contains("nodeport_guard_grant_next_expiry_timestamp_seconds 1796493600\n"));
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");

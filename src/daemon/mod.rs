@@ -15,6 +15,7 @@
 
 mod debounce;
 pub mod drops;
+pub mod expiry;
 pub mod metrics;
 pub mod netlink;
 pub mod watch;
@@ -50,6 +51,8 @@ pub enum Event {
     Resync,
     /// An address or link changed.
     AddressesChanged,
+    /// A policy, staged policy or network set has expired (`nodeport-guard.io/expires`).
+    Expired,
 }
 
 /// What the last successful apply was made from.
@@ -87,6 +90,8 @@ struct Daemon {
     state_dir_warned: bool,
     /// The NFLOG listener, when the daemon counts drops.
     drop_log: Option<Arc<drops::DropLog>>,
+    /// The clock the files are read at and the timer for the next expiry.
+    expiry: expiry::Expiries,
 }
 
 /// What a reload compiled and rendered, and how its reconcile went.
@@ -172,6 +177,7 @@ async fn run_loop(
     loop {
         let address_deadline = pending_addresses;
         let policies_deadline = file_events.due();
+        let expiry_wait = daemon.expiry.wait();
         tokio::select! {
             Some(event) = events.recv() => {
                 let now = tokio::time::Instant::now();
@@ -191,6 +197,13 @@ async fn run_loop(
             () = sleep_until(address_deadline) => {
                 pending_addresses = None;
                 daemon.handle(Event::AddressesChanged);
+            }
+            () = sleep_until(expiry_wait.map(|wait| tokio::time::Instant::now() + wait)) => {
+                // The wall clock is looked at again: the sleep may have been cut short (at
+                // most a second) or stretched by a suspend.
+                if daemon.expiry.due() {
+                    daemon.handle(Event::Expired);
+                }
             }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
@@ -269,6 +282,7 @@ impl Daemon {
             refusing_empty: false,
             state_dir_warned: false,
             drop_log: None,
+            expiry: expiry::Expiries::new(Arc::new(expiry::SystemClock)),
         }
     }
 
@@ -288,9 +302,13 @@ impl Daemon {
         if !self.settings.config.policies_dir.is_dir() {
             return PolicySet::missing();
         }
+        let options = crate::load::LoadOptions {
+            now: self.expiry.now(),
+            ..self.settings.load
+        };
         policy_set::load_cached(
             std::slice::from_ref(&self.settings.config.policies_dir),
-            self.settings.load,
+            options,
             &mut self.parse_cache,
         )
     }
@@ -355,6 +373,7 @@ impl Daemon {
             metrics.heartbeat = Some(Instant::now());
         }
         let set = self.read_policies();
+        let expiring = self.expiries_read(&set);
         let facts = host_facts(&self.settings.config);
         let read_at = Instant::now();
         if !set.is_valid() {
@@ -366,7 +385,7 @@ impl Daemon {
         }
         let had_errors = !self.last_errors.is_empty();
         self.last_errors.clear();
-        if set.model.is_empty()
+        if set.holds_no_policy()
             && !self.settings.config.allow_empty
             && self.would_remove_protection()
         {
@@ -456,6 +475,7 @@ impl Daemon {
                         .record_change("daemon", outcome.plan.summary().counts());
                     self.state_dir_result(recorded);
                 }
+                self.expiries_enforced(&expiring);
                 if changed && self.settings.config.revoke_established {
                     self.revoke_established(&set.model, &facts);
                 }
@@ -608,10 +628,11 @@ impl Daemon {
     fn repair_with_last_good(&mut self, event: Event, facts: &HostFacts) {
         if !matches!(
             event,
-            Event::Resync | Event::Reload | Event::AddressesChanged
+            Event::Resync | Event::Reload | Event::AddressesChanged | Event::Expired
         ) {
             return;
         }
+        self.expire_last_good(facts);
         let Some(good) = &self.last_good else { return };
         let desired = if &good.facts == facts {
             Arc::clone(&good.desired)

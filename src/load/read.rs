@@ -59,11 +59,25 @@ pub fn list_policy_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// How policy files are read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Refuse (rather than warn about) policy files and directories that someone other than
     /// root may write.
     pub strict_permissions: bool,
+    /// The instant the files are read at: what has expired by then is left out of the model
+    /// (`nodeport-guard.io/expires`). The caller reads its clock once and puts it here; the
+    /// daemon sets it at each reload, tests set what they need.
+    pub now: jiff::Timestamp,
+}
+
+impl Default for LoadOptions {
+    /// Not strict, at the system clock's present.
+    fn default() -> LoadOptions {
+        LoadOptions {
+            strict_permissions: false,
+            now: jiff::Timestamp::now(),
+        }
+    }
 }
 
 /// Reads files and directories as `validate PATH…` and the daemon do: a directory contributes

@@ -192,15 +192,8 @@ impl StateDir {
     /// The policy files the last apply recorded ([`AppliedIndex::policy_files`]), without
     /// building the rest of the index: at 10,000 policies the index names 172,000 rules, and
     /// `plan` and `apply` ask for the files up to four times.
-    pub fn applied_policy_files(&self) -> Result<Option<Vec<crate::counters::PolicyFile>>> {
-        #[derive(Deserialize)]
-        struct Files {
-            #[serde(default)]
-            policy_files: Vec<crate::counters::PolicyFile>,
-        }
-        Ok(self
-            .read_json::<Files>("applied.json")?
-            .map(|files| files.policy_files))
+    pub fn applied_policy_files(&self) -> Result<Option<crate::counters::AppliedFiles>> {
+        self.read_json::<crate::counters::AppliedFiles>("applied.json")
     }
 
     /// Forgets the index of the applied rules (the rules it named are gone).

@@ -19,6 +19,8 @@ use super::values::{
 pub(super) struct Identity {
     pub(super) name: String,
     pub(super) labels: Labels,
+    /// `nodeport-guard.io/expires`, when written and valid.
+    pub(super) expires: Option<crate::model::Expiry>,
     pub(super) origin: Origin,
 }
 
@@ -149,9 +151,10 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
         .as_ref()
         .map(|labels| check_labels(checker, &labels.value))
         .unwrap_or_default();
-    if let Some(annotations) = &metadata.annotations {
+    let expires = metadata.annotations.as_ref().and_then(|annotations| {
         check_annotations(checker, annotations);
-    }
+        super::expiry::check_expiry(checker, &annotations.value)
+    });
     let Some(name) = &metadata.name else {
         checker.error_help(
             span,
@@ -167,6 +170,7 @@ pub(super) fn check_metadata(checker: &mut Checker<'_>) -> Option<Identity> {
     Some(Identity {
         name: name.value.clone(),
         labels,
+        expires,
         origin: checker.origin(name.span),
     })
 }

@@ -34,6 +34,7 @@ use crate::spec::{
 mod checker;
 mod entity;
 mod envelope;
+pub mod expiry;
 mod host_endpoint;
 mod network_set;
 mod policy;

@@ -49,6 +49,7 @@ pub(super) fn check_network_set(
         name: identity.name,
         labels: identity.labels,
         nets,
+        expires: identity.expires,
         origin: identity.origin,
     })
 }

@@ -98,6 +98,7 @@ pub(super) fn check_policy(
             .apply_on_forward
             .as_ref()
             .is_some_and(|flag| flag.value),
+        expires: identity.expires,
         origin: identity.origin,
     })
 }

@@ -105,6 +105,7 @@ fn check_deletion(
     Some(StagedDeletion {
         name: identity.name,
         tier: tier.to_owned(),
+        expires: identity.expires,
         origin: identity.origin,
     })
 }

@@ -1,0 +1,229 @@
+use std::path::PathBuf;
+
+use super::*;
+use crate::counters::PolicyFile;
+use crate::policy_set::{self, PolicySet};
+
+fn at(text: &str) -> Timestamp {
+    text.parse().expect("a time")
+}
+
+fn read(text: &str, now: &str) -> PolicySet {
+    policy_set::from_files(
+        &[PolicyFile {
+            path: PathBuf::from("policies/grant.yaml"),
+            text: text.to_owned(),
+        }],
+        at(now),
+    )
+}
+
+fn headlines(set: &PolicySet) -> Vec<String> {
+    set.diagnostics
+        .iter()
+        .map(|d| {
+            let help = d.help.clone().unwrap_or_default();
+            format!("{} | {help}", d.headline(&set.sources))
+        })
+        .collect()
+}
+
+const WHITELIST: &str = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: whitelist
+spec:
+  order: 10
+  preDNAT: true
+  applyOnForward: true
+  ingress:
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [30008]
+";
+
+fn grant() -> Grant {
+    Grant {
+        name: "vendor".to_owned(),
+        sources: vec!["198.51.100.7/32".parse().expect("net")],
+        ports: vec![30008, 30009],
+        protocol: GrantProtocol::Tcp,
+        expires: at("2026-12-05T18:00:00Z"),
+        granted_by: "alice".to_owned(),
+        reason: Some("backup upload: \"nightly\"".to_owned()),
+        order: 9.0,
+    }
+}
+
+fn with_grant(now: &str) -> PolicySet {
+    read(&format!("{WHITELIST}---\n{}", grant().render()), now)
+}
+
+#[test]
+fn a_grant_file_is_valid_and_counts_until_its_instant() {
+    let set = with_grant("2026-12-05T17:59:59Z");
+    assert!(set.is_valid(), "{:?}", headlines(&set));
+    assert!(headlines(&set).is_empty(), "{:?}", headlines(&set));
+    let names: Vec<_> = set.model.policies().iter().map(|p| &p.name).collect();
+    assert_eq!(names, ["grant-vendor", "whitelist"], "the grant runs first");
+    let policy = &set.model.policies()[0];
+    let expiry = policy.expires.as_ref().expect("an expiry");
+    assert_eq!(expiry.at, at("2026-12-05T18:00:00Z"));
+    assert_eq!(expiry.granted_by.as_deref(), Some("alice"));
+    assert_eq!(expiry.reason.as_deref(), Some("backup upload: \"nightly\""));
+    assert_eq!(set.next_expiry(), Some(at("2026-12-05T18:00:00Z")));
+}
+
+#[test]
+fn at_its_instant_a_grant_is_left_out_with_a_warning_never_an_error() {
+    let before = with_grant("2026-12-05T17:59:59Z");
+    let set = with_grant("2026-12-05T18:00:00Z");
+    assert!(set.is_valid());
+    let names: Vec<_> = set.model.policies().iter().map(|p| &p.name).collect();
+    assert_eq!(names, ["whitelist"]);
+    assert_eq!(
+        headlines(&set),
+        [
+            "policies/grant.yaml:22:32: warning: the GlobalNetworkPolicy `grant-vendor` expired at 2026-12-05T18:00:00Z (0s ago): it is left out, as if no file held it | delete its file (`nodeport-guard grants --prune` deletes the files that hold only expired resources), or move the expiry forward"
+        ]
+    );
+    assert_ne!(
+        before.fingerprint, set.fingerprint,
+        "the same files mean other rules once a resource expired"
+    );
+    assert_eq!(set.next_expiry(), None);
+    assert!(!set.holds_no_policy());
+}
+
+#[test]
+fn an_expiry_never_counts_as_the_directory_emptying() {
+    let set = read(&grant().render(), "2027-01-01T00:00:00Z");
+    assert!(set.model.is_empty());
+    assert!(!set.holds_no_policy());
+}
+
+#[test]
+fn network_sets_and_staged_policies_expire_too() {
+    let text = "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkSet
+metadata:
+  name: partner
+  annotations:
+    nodeport-guard.io/expires: 2026-12-01T00:00:00+01:00
+  labels: {role: partner}
+spec:
+  nets: [203.0.113.0/28]
+---
+apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata:
+  name: trial
+  annotations:
+    nodeport-guard.io/expires: 2026-12-02T00:00:00Z
+spec:
+  ingress: [{action: Deny}]
+";
+    let set = read(text, "2026-11-30T23:30:00Z");
+    assert_eq!(set.model.network_sets().len(), 0, "+01:00 is 23:00 UTC");
+    assert_eq!(set.model.staged_policies().len(), 1);
+    let items = expiring(&set);
+    let shown: Vec<_> = items
+        .iter()
+        .map(|item| {
+            format!(
+                "{} {} {} {:?} {}",
+                item.kind,
+                item.name,
+                item.status(),
+                item.sources,
+                item.relative(set.now)
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "GlobalNetworkSet partner expired [\"203.0.113.0/28\"] expired 30m ago",
+            "StagedGlobalNetworkPolicy trial active [] expires in 1d",
+        ]
+    );
+}
+
+#[test]
+fn an_expiry_that_is_not_a_time_with_an_offset_is_an_error_that_shows_one() {
+    let check = |value: &str| {
+        let text = format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\n  annotations:\n    nodeport-guard.io/expires: \"{value}\"\n"
+        );
+        headlines(&read(&text, "2026-01-01T00:00:00Z"))
+    };
+    assert_eq!(
+        check("2026-12-05T18:00:00"),
+        [
+            "policies/grant.yaml:6:32: error: `2026-12-05T18:00:00` is not an RFC 3339 time with an offset | add the offset: `2026-12-05T18:00:00Z` for UTC, or for example `2026-12-05T18:00:00+02:00`"
+        ]
+    );
+    assert_eq!(
+        check("tomorrow"),
+        [
+            "policies/grant.yaml:6:32: error: `tomorrow` is not an RFC 3339 time with an offset | write a time with its offset, for example `2026-12-05T18:00:00Z`"
+        ]
+    );
+    assert_eq!(check("2026-12-05T18:00:00Z[Europe/Paris]").len(), 1);
+    assert!(check("2026-12-05T18:00:00.5-05:00").is_empty());
+}
+
+#[test]
+fn only_policies_staged_policies_and_network_sets_expire() {
+    let text = "apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: eth0
+  annotations:
+    nodeport-guard.io/expires: 2026-12-05T18:00:00Z
+spec:
+  node: node-1
+  interfaceName: eth0
+";
+    let shown = headlines(&read(text, "2026-01-01T00:00:00Z"));
+    assert_eq!(shown.len(), 1);
+    assert!(
+        shown[0].contains("error: a `HostEndpoint` cannot expire"),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn grant_names_and_orders() {
+    assert_eq!(
+        default_name(&"198.51.100.7/32".parse().expect("net"), 30008),
+        "198-51-100-7-30008"
+    );
+    assert_eq!(
+        default_name(&"203.0.113.0/28".parse().expect("net"), 22),
+        "203-0-113-0-28-22"
+    );
+    assert_eq!(
+        default_name(&"2001:db8::7/128".parse().expect("net"), 443),
+        "2001-db8--7-443"
+    );
+    let set = with_grant("2026-01-01T00:00:00Z");
+    assert_eq!(first_order(&set.validated, "grant-new"), 8.0);
+    assert_eq!(first_order(&set.validated, "grant-vendor"), 9.0);
+    let unordered = read(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\n",
+        "2026-01-01T00:00:00Z",
+    );
+    assert_eq!(first_order(&unordered.validated, "grant-new"), 0.0);
+}
+
+#[test]
+fn durations_in_words() {
+    let words = |seconds: i64| human_duration(jiff::SignedDuration::from_secs(seconds));
+    assert_eq!(words(0), "0s");
+    assert_eq!(words(59), "59s");
+    assert_eq!(words(3_600 + 120 + 5), "1h 2m");
+    assert_eq!(words(2 * 86_400 + 5), "2d");
+    assert_eq!(words(-90), "1m 30s");
+}

@@ -1,0 +1,211 @@
+//! Time-boxed resources: the `nodeport-guard.io/expires` annotation read and checked, and a
+//! model seen at an instant, without what has expired by then.
+//!
+//! Validation itself knows no clock: it records each expiry in the model. [`at`] is the one
+//! step that takes the time, as a value its caller read (the commands once at start, the
+//! daemon at each reload, the tests whatever they like), so the pure core stays a function of
+//! its inputs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::diagnostic::Diagnostic;
+use crate::model::{
+    EXPIRES_ANNOTATION, Expiry, GRANTED_BY_ANNOTATION, Model, Origin, REASON_ANNOTATION,
+};
+use crate::spec::{Kind, Sp};
+
+use super::checker::Checker;
+use super::values::shown;
+
+/// A valid expiry, shown in the help of an invalid one.
+const EXAMPLE: &str = "2026-12-05T18:00:00Z";
+
+/// Reads the expiry annotations of a resource; an expiry that is not an RFC 3339 time with an
+/// offset, or one on a kind that cannot expire, is an error.
+pub(super) fn check_expiry(
+    checker: &mut Checker<'_>,
+    annotations: &BTreeMap<Sp<String>, Sp<String>>,
+) -> Option<Expiry> {
+    let value = |wanted: &str| {
+        annotations
+            .iter()
+            .find(|(key, _)| key.value == wanted)
+            .map(|(_, value)| value)
+    };
+    let expires = value(EXPIRES_ANNOTATION)?;
+    let kind = checker.resource.kind.value;
+    if !matches!(
+        kind,
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy | Kind::GlobalNetworkSet
+    ) {
+        checker.error_help(
+            expires.span,
+            format!("a `{kind}` cannot expire"),
+            format!(
+                "remove `{EXPIRES_ANNOTATION}`; only a GlobalNetworkPolicy, a StagedGlobalNetworkPolicy or a GlobalNetworkSet expires"
+            ),
+        );
+        return None;
+    }
+    let Some(at) = parse_time(&expires.value) else {
+        checker.error_help(
+            expires.span,
+            format!(
+                "`{}` is not an RFC 3339 time with an offset",
+                shown(&expires.value)
+            ),
+            time_help(&expires.value),
+        );
+        return None;
+    };
+    Some(Expiry {
+        at,
+        origin: checker.origin(expires.span),
+        granted_by: value(GRANTED_BY_ANNOTATION).map(|value| value.value.clone()),
+        reason: value(REASON_ANNOTATION).map(|value| value.value.clone()),
+    })
+}
+
+/// An RFC 3339 time with an offset (`Z` or `±hh:mm`), and nothing more: no time zone name in
+/// brackets, no missing offset.
+pub fn parse_time(text: &str) -> Option<jiff::Timestamp> {
+    if text.contains('[') || !text.contains(['T', 't']) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+fn time_help(text: &str) -> String {
+    match text.trim().parse::<jiff::civil::DateTime>() {
+        Ok(civil) if !text.contains('[') => format!(
+            "add the offset: `{}Z` for UTC, or for example `{}+02:00`",
+            civil.strftime("%Y-%m-%dT%H:%M:%S"),
+            civil.strftime("%Y-%m-%dT%H:%M:%S")
+        ),
+        _ => format!("write a time with its offset, for example `{EXAMPLE}`"),
+    }
+}
+
+/// `model` as it stands at `now`: every policy, staged policy, staged deletion and network set
+/// whose expiry has passed is left out, each with a warning that points at its annotation.
+/// The order of what remains is kept. A model without expired resources comes back as it was.
+pub fn at(model: &Model, now: jiff::Timestamp) -> (Model, Vec<Diagnostic>) {
+    let mut warnings = Vec::new();
+    let mut live = |kind: &str, name: &str, expires: Option<&Expiry>| match expires {
+        Some(expiry) if expiry.has_passed(now) => {
+            warnings.push(expired_warning(kind, name, expiry, now));
+            false
+        }
+        _ => true,
+    };
+    let policies: Vec<_> = model
+        .policies()
+        .iter()
+        .filter(|policy| live("GlobalNetworkPolicy", &policy.name, policy.expires.as_ref()))
+        .cloned()
+        .collect();
+    let staged: Vec<_> = model
+        .staged_policies()
+        .iter()
+        .filter(|policy| {
+            live(
+                "StagedGlobalNetworkPolicy",
+                &policy.name,
+                policy.expires.as_ref(),
+            )
+        })
+        .cloned()
+        .collect();
+    let deletions: Vec<_> = model
+        .staged_deletions()
+        .iter()
+        .filter(|deletion| {
+            live(
+                "StagedGlobalNetworkPolicy",
+                &deletion.name,
+                deletion.expires.as_ref(),
+            )
+        })
+        .cloned()
+        .collect();
+    let network_sets: Vec<_> = model
+        .network_sets()
+        .iter()
+        .filter(|set| live("GlobalNetworkSet", &set.name, set.expires.as_ref()))
+        .cloned()
+        .collect();
+    if warnings.is_empty() {
+        return (model.clone(), warnings);
+    }
+    let model = Model::from_checked(
+        model.tiers().to_vec(),
+        policies,
+        network_sets,
+        model.host_endpoints().iter().map(Arc::clone).collect(),
+    )
+    .with_staged(staged, deletions);
+    (model, warnings)
+}
+
+fn expired_warning(kind: &str, name: &str, expiry: &Expiry, now: jiff::Timestamp) -> Diagnostic {
+    let Origin { file, span } = expiry.origin;
+    Diagnostic::warning(
+        file,
+        span,
+        format!(
+            "the {kind} `{name}` expired at {} ({} ago): it is left out, as if no file held it",
+            expiry.at,
+            human_duration(now.duration_since(expiry.at))
+        ),
+    )
+    .with_help("delete its file (`nodeport-guard grants --prune` deletes the files that hold only expired resources), or move the expiry forward")
+}
+
+/// The earliest expiry still to come after `now` among the resources of `model`.
+pub fn next_expiry(model: &Model, now: jiff::Timestamp) -> Option<jiff::Timestamp> {
+    expiries(model)
+        .map(|expiry| expiry.at)
+        .filter(|at| *at > now)
+        .min()
+}
+
+/// Every expiry written on a resource of `model`.
+pub fn expiries(model: &Model) -> impl Iterator<Item = &Expiry> {
+    let policies = model
+        .policies()
+        .iter()
+        .chain(model.staged_policies())
+        .filter_map(|policy| policy.expires.as_ref());
+    let deletions = model
+        .staged_deletions()
+        .iter()
+        .filter_map(|deletion| deletion.expires.as_ref());
+    let sets = model
+        .network_sets()
+        .iter()
+        .filter_map(|set| set.expires.as_ref());
+    policies.chain(deletions).chain(sets)
+}
+
+/// A duration in words for "expires in …" and "… ago": its two largest units, rounded down
+/// (`2d 3h`, `45m 10s`, `12s`); negative durations are shown as their size.
+pub fn human_duration(duration: jiff::SignedDuration) -> String {
+    let seconds = duration.as_secs().unsigned_abs();
+    let units = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    let mut parts = Vec::new();
+    let mut rest = seconds;
+    for (unit, size) in units {
+        if rest >= size || (parts.is_empty() && size == 1) {
+            parts.push(format!("{}{unit}", rest / size));
+            rest %= size;
+        } else if !parts.is_empty() {
+            // A zero between two shown units would say nothing; stop at the second unit.
+            break;
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.join(" ")
+}
