@@ -183,6 +183,23 @@ pub enum Command {
         #[arg(long)]
         full: bool,
     },
+    /// Let sources reach ports for a while: writes one pre-DNAT policy file,
+    /// `grant-<name>.yaml`, into the policy directory (atomically, after validating the
+    /// directory with it), ordered before the default tier's other policies and expiring by
+    /// itself (`nodeport-guard.io/expires`). The daemon (or the next `apply`) enforces it.
+    /// Exit 0, 1 on invalid input.
+    Grant(GrantArgs),
+    /// List every policy, staged policy and network set that carries an expiry: kind, name,
+    /// file, sources, ports, expiry, who granted it, why, active or expired. Exit 0, 1 on
+    /// invalid policy files.
+    Grants {
+        /// Print JSON (`kind: GrantList`)
+        #[arg(long)]
+        json: bool,
+        /// Delete the files that hold only expired resources
+        #[arg(long)]
+        prune: bool,
+    },
     /// Print the JSON Schema of the policy files.
     Schema {
         /// Print the config file's schema instead
@@ -205,6 +222,53 @@ pub enum Command {
         /// The pending apply's id
         id: String,
     },
+}
+
+/// What `grant` writes (or, with `--revoke`, removes).
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// Who may come in: addresses or networks, comma-separated
+    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_net, required_unless_present = "revoke")]
+    pub src: Vec<ipnet::IpNet>,
+    /// To which ports, comma-separated
+    #[arg(
+        long,
+        value_name = "PORT",
+        value_delimiter = ',',
+        required_unless_present = "revoke"
+    )]
+    pub port: Vec<u16>,
+    /// The ports' protocol
+    #[arg(long, value_enum, default_value_t = GrantProto::Tcp)]
+    pub proto: GrantProto,
+    /// For how long (e.g. 2h, 3d, 90m)
+    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with = "until", required_unless_present_any = ["until", "revoke"])]
+    pub for_: Option<std::time::Duration>,
+    /// Until when: an RFC 3339 time with its offset (e.g. 2026-12-05T18:00:00Z)
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Why (written in the file, shown by `grants`)
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// The grant's name: the policy is `grant-NAME`, the file `grant-NAME.yaml` [default: made
+    /// from the first source and port]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Replace the grant of that name if there is one
+    #[arg(long)]
+    pub replace: bool,
+    /// Delete the grant NAME (its file `grant-NAME.yaml`) now
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["src", "port", "for_", "until", "reason", "name", "replace"])]
+    pub revoke: Option<String>,
+}
+
+/// `grant --proto` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GrantProto {
+    /// TCP
+    Tcp,
+    /// UDP
+    Udp,
 }
 
 /// The packet `trace` follows.

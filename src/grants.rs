@@ -167,6 +167,41 @@ fn policy_reach(policy: &Policy) -> (Vec<String>, Vec<String>) {
     (sources, ports)
 }
 
+/// The files that hold only expired resources (what `grants --prune` deletes), in order.
+pub fn prunable(set: &PolicySet) -> Vec<PathBuf> {
+    use std::collections::BTreeSet;
+    let (model, now) = (&set.validated, set.now);
+    let (mut live, mut expired) = (BTreeSet::new(), BTreeSet::new());
+    let mut note = |origin: crate::model::Origin, expires: Option<&Expiry>| {
+        if expires.is_some_and(|expiry| expiry.has_passed(now)) {
+            expired.insert(origin.file);
+        } else {
+            live.insert(origin.file);
+        }
+    };
+    for policy in model.policies().iter().chain(model.staged_policies()) {
+        note(policy.origin, policy.expires.as_ref());
+    }
+    for deletion in model.staged_deletions() {
+        note(deletion.origin, deletion.expires.as_ref());
+    }
+    for network_set in model.network_sets() {
+        note(network_set.origin, network_set.expires.as_ref());
+    }
+    let endpoints = model
+        .host_endpoints()
+        .iter()
+        .map(|endpoint| endpoint.origin);
+    let tiers = model.tiers().iter().map(|tier| tier.origin);
+    for origin in endpoints.chain(tiers).flatten() {
+        note(origin, None);
+    }
+    expired
+        .difference(&live)
+        .map(|file| set.sources.get(*file).path.clone())
+        .collect()
+}
+
 /// What `grant` is asked to write.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Grant {

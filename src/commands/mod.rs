@@ -13,6 +13,8 @@ pub mod cleanup;
 pub mod confirm;
 pub mod drops;
 pub mod generate;
+pub mod grant;
+pub mod grants;
 pub mod output;
 pub mod plan;
 pub mod render;
@@ -102,6 +104,10 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
         }),
         Command::Trace(args) => with_settings(global, |s| trace::run(&s, args)),
         Command::Drops(args) => with_settings(global, |s| drops::run(&s, args)),
+        Command::Grant(args) => with_settings(global, |s| grant::run(&s, args)),
+        Command::Grants { json, prune } => {
+            with_settings(global, |s| grants::run(&s, *json, *prune))
+        }
         Command::Run => with_settings(global, |s| run::run(s, runner.clone())),
     }
 }

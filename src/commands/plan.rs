@@ -387,6 +387,7 @@ pub fn run(
                 "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
                 "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
                 "promotions": promotions,
+                "expiring": super::grants::list_json(&prepared.expiring, settings.load.now)["items"],
                 "plan": changes,
             }),
         );
@@ -404,6 +405,13 @@ pub fn run(
         if let Some(report) = &established {
             print_established(report, settings.config.revoke_established);
         }
+    }
+    if !json {
+        super::grants::write_expiring(
+            &mut std::io::stdout().lock(),
+            &prepared.expiring,
+            settings.load.now,
+        )?;
     }
     if let Some(path) = out {
         let saved = SavedPlan {

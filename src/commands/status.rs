@@ -43,6 +43,9 @@ pub(super) struct Report {
     last_rollback: Option<RollbackRecord>,
     daemon: Option<serde_json::Value>,
     daemon_running: bool,
+    /// The resources of the policy files that carry an expiry, and when they were read.
+    expiring: Vec<crate::grants::Expiring>,
+    now: jiff::Timestamp,
 }
 
 /// `status [--json] [--detailed-exitcode]`: with `--detailed-exitcode`, 0 in sync, 2 out of
@@ -139,6 +142,11 @@ pub(super) fn gather(
         last_rollback: state_dir.last_rollback().ok().flatten(),
         daemon,
         daemon_running,
+        expiring: match &compiling {
+            Compiling::Compiled(set, _) => crate::grants::expiring(set),
+            _ => Vec::new(),
+        },
+        now: settings.load.now,
     })
 }
 
@@ -176,6 +184,7 @@ impl Report {
                 "pendingConfirmation": self.pending.as_ref().map(|p| json!({"id": p.id, "deadline": p.deadline})),
                 "lastApply": self.last_apply,
                 "lastRollback": self.last_rollback,
+                "expiring": super::grants::list_json(&self.expiring, self.now)["items"],
             }),
         )
     }
@@ -225,6 +234,7 @@ impl Report {
             )?,
         }
         self.print_history(out)?;
+        super::grants::write_expiring(out, &self.expiring, self.now)?;
         self.print_daemon(out)
     }
 

@@ -42,6 +42,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
     assume_interface(&mut packet, &facts, &mut notes);
     let mut traced = trace::trace(&set.model, &settings.config, &facts, &packet);
     traced.notes.splice(0..0, notes);
+    traced.notes.extend(deciding_expiry(&set, &traced));
     let text = if args.json {
         let fields = serde_json::to_value(&traced).context("cannot encode the trace")?;
         let document = super::output::json_document("Trace", fields);
@@ -57,6 +58,23 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
         .write_all(text.as_bytes())
         .context("cannot write to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// When the policy that decided the packet expires, in words, if it does: the verdict holds
+/// until then.
+fn deciding_expiry(set: &policy_set::PolicySet, traced: &Trace) -> Option<String> {
+    let name = traced.verdict.policy.as_deref()?;
+    let policy = set
+        .model
+        .policies()
+        .iter()
+        .find(|policy| policy.name == name)?;
+    let expiry = policy.expires.as_ref()?;
+    Some(format!(
+        "the deciding policy `{name}` {} ({}): from then on it no longer counts and this packet is judged without it",
+        crate::grants::relative(expiry.at, set.now),
+        expiry.at
+    ))
 }
 
 /// The packet the arguments describe, with notes on what was assumed; an error in words when

@@ -73,3 +73,19 @@ pub fn interfaces() -> Vec<Interface> {
         })
         .collect()
 }
+
+/// Who runs this command, for `nodeport-guard.io/granted-by`: the user behind `sudo`
+/// (`SUDO_USER`), else the name of the real user, else `uid N`.
+pub fn invoking_user() -> String {
+    if let Some(user) = std::env::var("SUDO_USER")
+        .ok()
+        .filter(|user| !user.is_empty())
+    {
+        return user;
+    }
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => format!("uid {uid}"),
+    }
+}
