@@ -138,6 +138,13 @@ fn grant_lets_in_then_expires_and_cuts(backend: Backend) {
     assert_eq!(list["items"][0]["name"], "grant-vendor");
     assert_eq!(list["items"][0]["status"], "active");
     assert_eq!(list["items"][0]["reason"], "backup upload");
+    for command in ["plan", "status"] {
+        let shown = guard.run_expect(&[command], 0);
+        assert!(
+            shown.stdout.contains("grant-vendor") && shown.stdout.contains("expires in"),
+            "{command} shows the grant and when it ends: {shown}"
+        );
+    }
 
     // The expiry: no file event, no resync (1h). Until shortly before it the grant works;
     // from it on, new connections are dropped within two seconds, the granted connection is

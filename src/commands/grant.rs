@@ -226,3 +226,6 @@ fn revoke(dir: &Path, name: &str) -> Result<ExitCode> {
         Err(error) => Err(error).with_context(|| format!("cannot remove `{}`", path.display())),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -62,7 +62,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
 
 /// When the policy that decided the packet expires, in words, if it does: the verdict holds
 /// until then.
-fn deciding_expiry(set: &policy_set::PolicySet, traced: &Trace) -> Option<String> {
+pub(crate) fn deciding_expiry(set: &policy_set::PolicySet, traced: &Trace) -> Option<String> {
     let name = traced.verdict.policy.as_deref()?;
     let policy = set
         .model
