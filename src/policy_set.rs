@@ -252,6 +252,25 @@ pub fn compile_quietly(settings: &Settings, facts: &HostFacts) -> Compiling {
     Compiling::Compiled(set, compiled)
 }
 
+/// Loads and validates the policy directory. When it is missing or invalid, prints why (the
+/// diagnostics) and returns `None`; warnings are left to the caller.
+pub fn load_valid(settings: &Settings) -> Option<PolicySet> {
+    let dir = &settings.config.policies_dir;
+    if !dir.is_dir() {
+        eprintln!(
+            "error: the policy directory `{}` does not exist or is not a directory",
+            dir.display()
+        );
+        return None;
+    }
+    let set = load_with(std::slice::from_ref(dir), settings.load);
+    if !set.is_valid() {
+        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        return None;
+    }
+    Some(set)
+}
+
 /// Loads, validates and compiles the policy directory for a host whose facts were read. On
 /// invalid input, prints the diagnostics and returns `None`; warnings are printed either way.
 pub fn compile_for(settings: &Settings, facts: &HostFacts) -> Option<(PolicySet, Compiled)> {

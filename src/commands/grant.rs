@@ -136,22 +136,7 @@ fn warn_if_still_denied(settings: &Settings, set: &policy_set::PolicySet, grant:
         return;
     };
     for port in &grant.ports {
-        let packet = crate::trace::Packet {
-            src: source.network(),
-            dst: *destination,
-            protocol: match grant.protocol {
-                GrantProtocol::Tcp => 6,
-                GrantProtocol::Udp => 17,
-            },
-            sport: Some(crate::trace::DEFAULT_SOURCE_PORT),
-            dport: Some(*port),
-            icmp_type: None,
-            icmp_code: None,
-            in_interface: None,
-            out_interface: None,
-            travel: crate::trace::Travel::Inbound,
-            state: crate::trace::ConnState::New,
-        };
+        let packet = inbound_packet(source.network(), *destination, grant.protocol, *port);
         let traced = crate::trace::trace(&set.model, &settings.config, &facts, &packet);
         if traced.verdict.outcome == crate::trace::Outcome::Dropped {
             eprintln!(
@@ -161,6 +146,31 @@ fn warn_if_still_denied(settings: &Settings, set: &policy_set::PolicySet, grant:
                 source.network()
             );
         }
+    }
+}
+
+/// A new connection from `source` to `port` of this host's `destination`, as `trace` follows it.
+fn inbound_packet(
+    source: std::net::IpAddr,
+    destination: std::net::IpAddr,
+    protocol: GrantProtocol,
+    port: u16,
+) -> crate::trace::Packet {
+    crate::trace::Packet {
+        src: source,
+        dst: destination,
+        protocol: match protocol {
+            GrantProtocol::Tcp => 6,
+            GrantProtocol::Udp => 17,
+        },
+        sport: Some(crate::trace::DEFAULT_SOURCE_PORT),
+        dport: Some(port),
+        icmp_type: None,
+        icmp_code: None,
+        in_interface: None,
+        out_interface: None,
+        travel: crate::trace::Travel::Inbound,
+        state: crate::trace::ConnState::New,
     }
 }
 

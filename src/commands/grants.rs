@@ -5,26 +5,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use crate::diagnostic;
 use crate::grants::{self, Expiring};
 use crate::policy_set;
 use crate::settings::Settings;
 
 /// `grants [--json] [--prune]`: exit 0, 1 on invalid policy files.
 pub fn run(settings: &Settings, json: bool, prune: bool) -> Result<ExitCode> {
-    let dir = &settings.config.policies_dir;
-    if !dir.is_dir() {
-        eprintln!(
-            "error: the policy directory `{}` does not exist or is not a directory",
-            dir.display()
-        );
+    let Some(set) = policy_set::load_valid(settings) else {
         return Ok(ExitCode::from(1));
-    }
-    let set = policy_set::load_with(std::slice::from_ref(dir), settings.load);
-    if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
-        return Ok(ExitCode::from(1));
-    }
+    };
     let items = grants::expiring(&set);
     if json {
         println!(

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{TraceArgs, TraceDirection, TraceState};
-use crate::diagnostic;
 use crate::model::{IpFamily, Protocol};
 use crate::policy_set;
 use crate::settings::Settings;
@@ -23,19 +22,9 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let policies = &settings.config.policies_dir;
-    if !policies.is_dir() {
-        eprintln!(
-            "error: the policy directory `{}` does not exist or is not a directory",
-            policies.display()
-        );
+    let Some(set) = policy_set::load_valid(settings) else {
         return Ok(ExitCode::from(1));
-    }
-    let set = policy_set::load_with(std::slice::from_ref(policies), settings.load);
-    if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
-        return Ok(ExitCode::from(1));
-    }
+    };
     let facts = host_facts(&settings.config);
     let mut packet = packet;
     let mut notes = notes;

@@ -99,42 +99,26 @@ pub fn at(model: &Model, now: jiff::Timestamp) -> (Model, Vec<Diagnostic>) {
         }
         _ => true,
     };
-    let policies: Vec<_> = model
-        .policies()
-        .iter()
-        .filter(|policy| live("GlobalNetworkPolicy", &policy.name, policy.expires.as_ref()))
-        .cloned()
-        .collect();
-    let staged: Vec<_> = model
-        .staged_policies()
-        .iter()
-        .filter(|policy| {
-            live(
-                "StagedGlobalNetworkPolicy",
-                &policy.name,
-                policy.expires.as_ref(),
-            )
-        })
-        .cloned()
-        .collect();
-    let deletions: Vec<_> = model
-        .staged_deletions()
-        .iter()
-        .filter(|deletion| {
-            live(
-                "StagedGlobalNetworkPolicy",
-                &deletion.name,
-                deletion.expires.as_ref(),
-            )
-        })
-        .cloned()
-        .collect();
-    let network_sets: Vec<_> = model
-        .network_sets()
-        .iter()
-        .filter(|set| live("GlobalNetworkSet", &set.name, set.expires.as_ref()))
-        .cloned()
-        .collect();
+    let policies = kept(
+        model.policies(),
+        |p| ("GlobalNetworkPolicy", &p.name, p.expires.as_ref()),
+        &mut live,
+    );
+    let staged = kept(
+        model.staged_policies(),
+        |p| ("StagedGlobalNetworkPolicy", &p.name, p.expires.as_ref()),
+        &mut live,
+    );
+    let deletions = kept(
+        model.staged_deletions(),
+        |d| ("StagedGlobalNetworkPolicy", &d.name, d.expires.as_ref()),
+        &mut live,
+    );
+    let network_sets = kept(
+        model.network_sets(),
+        |s| ("GlobalNetworkSet", &s.name, s.expires.as_ref()),
+        &mut live,
+    );
     if warnings.is_empty() {
         return (model.clone(), warnings);
     }
@@ -146,6 +130,22 @@ pub fn at(model: &Model, now: jiff::Timestamp) -> (Model, Vec<Diagnostic>) {
     )
     .with_staged(staged, deletions);
     (model, warnings)
+}
+
+/// The items `live` keeps, by the kind, name and expiry `describe` reads from each.
+fn kept<T: Clone>(
+    items: &[T],
+    describe: impl Fn(&T) -> (&'static str, &String, Option<&Expiry>),
+    live: &mut impl FnMut(&str, &str, Option<&Expiry>) -> bool,
+) -> Vec<T> {
+    items
+        .iter()
+        .filter(|item| {
+            let (kind, name, expires) = describe(item);
+            live(kind, name, expires)
+        })
+        .cloned()
+        .collect()
 }
 
 fn expired_warning(kind: &str, name: &str, expiry: &Expiry, now: jiff::Timestamp) -> Diagnostic {

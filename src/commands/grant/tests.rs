@@ -11,6 +11,18 @@ use crate::fixtures::{self, WHITELIST};
 use crate::policy_set;
 use crate::settings::Settings;
 
+/// A grant named `vendor` for an hour.
+const VENDOR: [&str; 8] = [
+    "--src",
+    "192.0.2.77",
+    "--port",
+    "30008",
+    "--for",
+    "1h",
+    "--name",
+    "vendor",
+];
+
 struct Harness {
     _dir: tempfile::TempDir,
     settings: Settings,
@@ -100,16 +112,7 @@ fn grant_writes_a_valid_policy_that_runs_first_and_ends_when_asked() {
 #[test]
 fn an_existing_grant_is_replaced_only_when_asked() {
     let harness = harness();
-    let args = [
-        "--src",
-        "192.0.2.77",
-        "--port",
-        "30008",
-        "--for",
-        "1h",
-        "--name",
-        "vendor",
-    ];
+    let args = VENDOR;
     assert_eq!(harness.grant(&args), ExitCode::SUCCESS);
     let path = harness.dir().join("grant-vendor.yaml");
     let before = std::fs::read_to_string(&path).expect("file");
@@ -190,16 +193,7 @@ fn nothing_is_written_when_the_directory_would_not_validate() {
 #[test]
 fn revoke_deletes_the_grant_and_prune_only_files_holding_nothing_live() {
     let harness = harness();
-    let args = [
-        "--src",
-        "192.0.2.77",
-        "--port",
-        "30008",
-        "--for",
-        "1h",
-        "--name",
-        "vendor",
-    ];
+    let args = VENDOR;
     assert_eq!(harness.grant(&args), ExitCode::SUCCESS);
     assert_eq!(harness.grant(&["--revoke", "vendor"]), ExitCode::SUCCESS);
     assert_eq!(harness.grant(&["--revoke", "vendor"]), ExitCode::from(1));
@@ -243,19 +237,12 @@ fn trace_says_when_the_deciding_grant_ends() {
     ];
     assert_eq!(harness.grant(&args), ExitCode::SUCCESS);
     let set = harness.set();
-    let packet = crate::trace::Packet {
-        src: "192.0.2.77".parse().expect("ip"),
-        dst: "198.51.100.1".parse().expect("ip"),
-        protocol: 6,
-        sport: Some(crate::trace::DEFAULT_SOURCE_PORT),
-        dport: Some(30008),
-        icmp_type: None,
-        icmp_code: None,
-        in_interface: None,
-        out_interface: None,
-        travel: crate::trace::Travel::Inbound,
-        state: crate::trace::ConnState::New,
-    };
+    let packet = super::inbound_packet(
+        "192.0.2.77".parse().expect("ip"),
+        "198.51.100.1".parse().expect("ip"),
+        crate::grants::GrantProtocol::Tcp,
+        30008,
+    );
     let traced = crate::trace::trace(
         &set.model,
         &harness.settings.config,
