@@ -6,12 +6,11 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::grants::{self, Expiring};
-use crate::policy_set;
 use crate::settings::Settings;
 
 /// `grants [--json] [--prune]`: exit 0, 1 on invalid policy files.
 pub fn run(settings: &Settings, json: bool, prune: bool) -> Result<ExitCode> {
-    let Some(set) = policy_set::load_valid(settings) else {
+    let Some(set) = super::load_valid(settings) else {
         return Ok(ExitCode::from(1));
     };
     let items = grants::expiring(&set);

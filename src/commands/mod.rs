@@ -151,3 +151,22 @@ fn init_logging(cli: &Cli) {
             .try_init(),
     };
 }
+
+/// The policy directory loaded and validated, for the commands that read it without compiling
+/// (`trace`, `grants`). When it is missing or invalid, prints why and returns `None`.
+fn load_valid(settings: &Settings) -> Option<crate::policy_set::PolicySet> {
+    let dir = &settings.config.policies_dir;
+    if !dir.is_dir() {
+        eprintln!(
+            "error: the policy directory `{}` does not exist or is not a directory",
+            dir.display()
+        );
+        return None;
+    }
+    let set = crate::policy_set::load_with(std::slice::from_ref(dir), settings.load);
+    if !set.is_valid() {
+        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        return None;
+    }
+    Some(set)
+}

@@ -22,7 +22,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let Some(set) = policy_set::load_valid(settings) else {
+    let Some(set) = super::load_valid(settings) else {
         return Ok(ExitCode::from(1));
     };
     let facts = host_facts(&settings.config);

@@ -162,66 +162,6 @@ pub fn count(metrics: &super::metrics::Shared, items: &[Expiring], next: Option<
     }
 }
 
-impl super::Daemon {
-    /// What the files just read say about expiries: sets the timer (for the files, or, while
-    /// they are invalid, for the rules last applied) and the metrics.
-    pub(super) fn expiries_read(&mut self, set: &crate::policy_set::PolicySet) -> Vec<Expiring> {
-        let now = self.expiry.now();
-        let valid = set.is_valid();
-        let items = if valid {
-            crate::grants::expiring(set)
-        } else {
-            Vec::new()
-        };
-        let applied = self
-            .last_good
-            .as_ref()
-            .and_then(|good| crate::validate::expiry::next_expiry(&good.model, now));
-        self.expiry
-            .set_next([valid.then(|| set.next_expiry()).flatten(), applied]);
-        if valid {
-            count(&self.metrics, &items, set.next_expiry());
-        }
-        items
-    }
-
-    /// Logs the expiries the rules just applied enforce, each once.
-    pub(super) fn expiries_enforced(&mut self, items: &[Expiring]) {
-        let now = self.expiry.now();
-        let revoking = self.settings.config.revoke_established;
-        let enforced = self.expiry.newly_enforced(items);
-        log_enforced(&enforced, now, revoking);
-    }
-
-    /// While the files are invalid the last good rules stay, but not what has expired in them
-    /// since: they are compiled again without it (the repair that follows writes them).
-    pub(super) fn expire_last_good(&mut self, facts: &crate::facts::HostFacts) {
-        let now = self.expiry.now();
-        let Some(good) = &mut self.last_good else {
-            return;
-        };
-        let (model, expired) = crate::validate::expiry::at(&good.model, now);
-        if expired.is_empty() {
-            return;
-        }
-        for warning in &expired {
-            tracing::warn!(
-                "{}; the policy files are invalid, so the last good rules are applied without it",
-                warning.message
-            );
-        }
-        let compiled = crate::compile::compile(&model, &self.settings.config, facts);
-        good.desired = Arc::new(self.backend.desired(&compiled.ruleset));
-        good.facts = facts.clone();
-        good.model = model;
-        // The same files, once valid again, are read as new.
-        good.fingerprint.push_str(" (expired since)");
-    }
-}
-
-#[cfg(test)]
-mod daemon_tests;
-
 #[cfg(test)]
 mod tests {
     use super::*;

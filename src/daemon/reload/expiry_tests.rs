@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 
-use super::{Expiries, ManualClock};
-use crate::daemon::{Daemon, Event, metrics};
+use super::Daemon;
+use crate::daemon::expiry::{Expiries, ManualClock};
+use crate::daemon::{Event, metrics};
 use crate::dataplane::fake::FakeKernel;
 use crate::dataplane::{Backend, Runner};
 use crate::fixtures::{self, WHITELIST, each_backend};
