@@ -15,7 +15,7 @@
 //! The clock is a [`Clock`] given to the daemon, so the tests move time by hand.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -43,13 +43,15 @@ impl Clock for SystemClock {
 }
 
 /// A clock the tests set by hand.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
-pub struct ManualClock(Mutex<Timestamp>);
+pub struct ManualClock(std::sync::Mutex<Timestamp>);
 
+#[cfg(any(test, feature = "testing"))]
 impl ManualClock {
     /// A clock standing at `now`.
     pub fn new(now: Timestamp) -> ManualClock {
-        ManualClock(Mutex::new(now))
+        ManualClock(std::sync::Mutex::new(now))
     }
 
     /// Sets the time (forwards or backwards, as a clock step would).
@@ -61,6 +63,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         *self
