@@ -735,6 +735,15 @@ fn a_small_write_is_verified_by_listing_only_its_chains() {
 
 use crate::reconcile::{view, write_planned};
 
+/// Writes the plan from `before` to `desired`, and says how many nf_tables transactions that
+/// committed.
+fn commits_writing(dataplane: &Dataplane<'_>, desired: &State, before: State) -> u32 {
+    let changes = crate::plan::plan(desired, &before);
+    write_planned(dataplane, desired, before, changes)
+        .expect("apply")
+        .commits
+}
+
 /// A view as the state directory keeps it: written out as JSON and read back.
 fn kept(saved: view::SavedView) -> view::SavedView {
     serde_json::from_slice(&serde_json::to_vec(&saved).expect("serialise")).expect("read back")
@@ -754,14 +763,7 @@ fn view_after_apply(
         "{backend}: a still kernel read whole is kept"
     );
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let commits = write_planned(
-        &dataplane,
-        desired,
-        before.clone(),
-        crate::plan::plan(desired, &before),
-    )
-    .expect("apply")
-    .commits;
+    let commits = commits_writing(&dataplane, desired, before);
     let saved = view::after_write(&dataplane, &observed, commits, desired)
         .expect("the generation moved by our commits alone");
     kept(saved)
@@ -776,14 +778,7 @@ fn iptables_legacy_keeps_no_view() {
     let mut observed = view::observe(&dataplane, None);
     assert!(observed.save.is_none());
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let commits = write_planned(
-        &dataplane,
-        &desired,
-        before.clone(),
-        crate::plan::plan(&desired, &before),
-    )
-    .expect("apply")
-    .commits;
+    let commits = commits_writing(&dataplane, &desired, before);
     assert!(view::after_write(&dataplane, &observed, commits, &desired).is_none());
     let observed = view::observe(&dataplane, None);
     assert_eq!(
@@ -850,14 +845,7 @@ fn a_foreign_commit_during_a_write_keeps_no_view_after_it() {
             .foreign("nft", &["-f", "-"], "add table inet someone_else\n");
         assert!(output.success, "{}", output.stderr);
         let desired = backend.desired(&policy("nodeport-whitelist"));
-        let commits = write_planned(
-            &dataplane,
-            &desired,
-            before.clone(),
-            crate::plan::plan(&desired, &before),
-        )
-        .expect("apply")
-        .commits;
+        let commits = commits_writing(&dataplane, &desired, before);
         assert!(
             view::after_write(&dataplane, &observed, commits, &desired).is_none(),
             "{backend}"
