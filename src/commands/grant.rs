@@ -9,7 +9,6 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::cli::{GrantArgs, GrantProto};
 use crate::counters::PolicyFile;
-use crate::diagnostic;
 use crate::grants::{self, Grant, GrantProtocol};
 use crate::policy_set;
 use crate::settings::Settings;
@@ -92,7 +91,7 @@ pub fn run(settings: &Settings, args: &GrantArgs) -> Result<ExitCode> {
         } else {
             &current
         };
-        diagnostic::eprint_all(&shown.diagnostics, &shown.sources);
+        super::output::eprint_diagnostics(&shown.diagnostics, &shown.sources);
         eprintln!("error: the policy directory would not be valid: nothing written");
         return Ok(ExitCode::from(1));
     }

@@ -37,7 +37,6 @@ use anyhow::Result;
 
 use crate::cli::{Cli, Command, GlobalOptions, LogFormat};
 use crate::dataplane::Runner;
-use crate::diagnostic;
 use crate::settings::Settings;
 
 /// Runs a parsed command line with `runner` executing programs. Panics become a one-line
@@ -118,9 +117,12 @@ fn with_settings(
     command: impl FnOnce(Settings) -> Result<ExitCode>,
 ) -> Result<ExitCode> {
     match Settings::from_options(global) {
-        Ok(settings) => command(settings),
+        Ok((settings, warnings)) => {
+            output::eprint_diagnostics(&warnings, &crate::source::Sources::new());
+            command(settings)
+        }
         Err((sources, diagnostics)) => {
-            diagnostic::eprint_all(&diagnostics, &sources);
+            output::eprint_diagnostics(&diagnostics, &sources);
             Ok(ExitCode::from(1))
         }
     }
@@ -165,7 +167,7 @@ fn load_valid(settings: &Settings) -> Option<crate::policy_set::PolicySet> {
     }
     let set = crate::policy_set::load_with(std::slice::from_ref(dir), settings.load);
     if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        output::eprint_diagnostics(&set.diagnostics, &set.sources);
         return None;
     }
     Some(set)

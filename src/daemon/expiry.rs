@@ -43,11 +43,11 @@ impl Clock for SystemClock {
 }
 
 /// A clock the tests set by hand.
-#[cfg(any(test, feature = "testing"))]
+#[cfg(test)]
 #[derive(Debug)]
 pub struct ManualClock(std::sync::Mutex<Timestamp>);
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(test)]
 impl ManualClock {
     /// A clock standing at `now`.
     pub fn new(now: Timestamp) -> ManualClock {
@@ -63,7 +63,7 @@ impl ManualClock {
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         *self
@@ -107,6 +107,7 @@ impl Expiries {
     }
 
     /// The next expiry the timer waits for.
+    #[cfg(test)]
     pub fn next(&self) -> Option<Timestamp> {
         self.next
     }
