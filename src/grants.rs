@@ -248,11 +248,6 @@ impl Grant {
         format!("{GRANT_PREFIX}{}", self.name)
     }
 
-    /// The file's name in the policy directory.
-    pub fn file_name(&self) -> String {
-        file_name(&self.name)
-    }
-
     /// The policy file: valid Calico YAML (Calico ignores the annotations).
     pub fn render(&self) -> String {
         let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();

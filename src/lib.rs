@@ -24,7 +24,7 @@ pub mod facts;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fixtures;
-pub mod grants;
+pub(crate) mod grants;
 pub mod load;
 pub(crate) mod marks;
 pub mod model;

@@ -61,7 +61,11 @@ impl Harness {
             reason: None,
             order: 0.0,
         };
-        std::fs::write(self.policies.join(grant.file_name()), grant.render()).expect("write");
+        std::fs::write(
+            self.policies.join(crate::grants::file_name(&grant.name)),
+            grant.render(),
+        )
+        .expect("write");
     }
 
     fn whitelist(&self) {
