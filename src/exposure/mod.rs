@@ -15,6 +15,7 @@
 
 pub mod nft;
 pub mod reach;
+pub mod scan;
 pub mod xtables;
 
 use std::collections::BTreeMap;
@@ -186,8 +187,9 @@ pub struct Exposed {
     /// The source networks allowed, when `some`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<IpNet>,
-    /// The policy rules (or failsafe port, or absence of policy) that decide, in words.
-    pub decided_by: Vec<String>,
+    /// The policy rules (or failsafe port, or absence of policy) that decide, in words,
+    /// separated by `; `.
+    pub decided_by: String,
 }
 
 fn family_word<S: serde::Serializer>(family: &IpFamily, serializer: S) -> Result<S::Ok, S::Error> {
@@ -210,7 +212,10 @@ pub fn assess(
     let mut exposed = Vec::new();
     for dnat in published(&inventory.dnat, &own) {
         let address = match dnat.destination {
-            Destination::Net(net) => own.iter().find(|a| net.contains(*a)).copied(),
+            Destination::Net(net) => own
+                .iter()
+                .find(|a| !a.is_loopback() && net.contains(*a))
+                .copied(),
             Destination::Any | Destination::Local => None,
         };
         let to_host = target_address(&dnat.target)
@@ -225,7 +230,7 @@ pub fn assess(
             owner: dnat.owner.clone(),
             reachable_from: reach.reachable,
             allowed: reach.allowed,
-            decided_by: reach.decided_by,
+            decided_by: reach.decided_by.join("; "),
         });
     }
     for (family, socket) in outside_sockets(&inventory.sockets) {
@@ -241,7 +246,7 @@ pub fn assess(
             owner,
             reachable_from: reach.reachable,
             allowed: reach.allowed,
-            decided_by: reach.decided_by,
+            decided_by: reach.decided_by.join("; "),
         });
     }
     exposed.sort_by(|a, b| {
@@ -273,7 +278,9 @@ fn published<'d>(rules: &'d [Dnat], own: &[IpAddr]) -> Vec<Dnat> {
     let mut merged: BTreeMap<(IpFamily, Transport, u16, Destination), Dnat> = BTreeMap::new();
     let reachable = |dnat: &&'d Dnat| match dnat.destination {
         Destination::Any | Destination::Local => true,
-        Destination::Net(net) => own.iter().any(|address| net.contains(address)),
+        Destination::Net(net) => own
+            .iter()
+            .any(|address| !address.is_loopback() && net.contains(address)),
     };
     for dnat in rules.iter().filter(reachable) {
         let key = (dnat.family, dnat.protocol, dnat.port, dnat.destination);

@@ -29,9 +29,12 @@ pub fn is_iptables_nft_table(family: &str, name: &str) -> bool {
         && matches!(name, "nat" | "filter" | "mangle" | "raw" | "security")
 }
 
+/// A rule: its statements and its comment.
+type RuleJson<'j> = (&'j [Value], Option<&'j str>);
+
 #[derive(Default)]
 struct Table<'j> {
-    chains: BTreeMap<&'j str, Vec<(&'j [Value], Option<&'j str>)>>,
+    chains: BTreeMap<&'j str, Vec<RuleJson<'j>>>,
     maps: BTreeMap<&'j str, &'j [Value]>,
     hooked: Vec<&'j str>,
 }

@@ -89,7 +89,7 @@ fn rows(exposed: &[Exposed]) -> Vec<String> {
                 } else {
                     format!(" {}", allowed.join(","))
                 },
-                port.decided_by.join("; ")
+                port.decided_by
             )
         })
         .collect()
@@ -139,10 +139,7 @@ fn the_mission_whitelist_guards_its_nodeport_and_leaves_the_rest_open() {
     );
     assert_eq!(
         guarded[0].decided_by,
-        [
-            "guard-nodeport rule 0 (Allow)",
-            "guard-nodeport rule 1 (Deny)"
-        ]
+        "guard-nodeport rule 0 (Allow); guard-nodeport rule 1 (Deny)"
     );
     // Open to anyone: listed first.
     assert_eq!(exposed.last().map(|port| port.port), Some(30008));
@@ -178,7 +175,7 @@ fn deny_all_leaves_only_the_failsafe_ports() {
         .expect("port 9100");
     assert_eq!(
         closed.decided_by,
-        ["dropped at the end of tier default (its default action is Deny)"]
+        "dropped at the end of tier default (its default action is Deny)"
     );
 }
 
