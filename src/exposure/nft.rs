@@ -464,7 +464,7 @@ mod tests {
                 "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
                 "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
                 "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
-                "V4 udp/30053 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
+                "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
             ]
         );
         assert!(notes.is_empty(), "{notes:?}");

@@ -134,20 +134,23 @@ impl<'m> Reacher<'m> {
         }
     }
 
-    /// The interfaces (and the address on each) a packet for `address` can arrive on: the one
-    /// holding it, or for any address every interface of the host with an address of the
-    /// family (one without an interface, when the host has none).
+    /// The interfaces (and the address on each) a packet from another host for `address` can
+    /// arrive on: the one holding it, or for any address every interface of the host with an
+    /// address of the family, never loopback (one without an interface, when the host has
+    /// none).
     fn arrivals(&self, family: IpFamily, address: Option<IpAddr>) -> Vec<(Option<String>, IpAddr)> {
         let exclude = &self.config.host_interface_exclude;
         let interfaces = self
             .host
             .interfaces
             .iter()
-            .filter(|interface| !exclude.is_match(&interface.name));
+            .filter(|interface| interface.name != "lo" && !exclude.is_match(&interface.name));
         let mut arrivals = Vec::new();
         for interface in interfaces {
             let held = interface.addresses.iter().find(|a| {
-                IpFamily::of_addr(a) == family && address.is_none_or(|wanted| **a == wanted)
+                IpFamily::of_addr(a) == family
+                    && !a.is_loopback()
+                    && address.is_none_or(|wanted| **a == wanted)
             });
             if let Some(held) = held {
                 arrivals.push((Some(interface.name.clone()), *held));
@@ -155,8 +158,8 @@ impl<'m> Reacher<'m> {
         }
         if arrivals.is_empty() {
             let dst = address.unwrap_or(match family {
-                IpFamily::V4 => IpAddr::from([198, 51, 100, 1]),
-                IpFamily::V6 => IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1]),
+                IpFamily::V4 => IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
+                IpFamily::V6 => IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
             });
             arrivals.push((None, dst));
         }

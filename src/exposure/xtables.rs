@@ -281,7 +281,7 @@ mod tests {
                 "tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
                 "tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
                 "udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
-                "udp/30053 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
+                "udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
             ]
         );
         assert!(notes.is_empty(), "{notes:?}");
