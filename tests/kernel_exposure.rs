@@ -9,7 +9,7 @@ mod support;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use serde_json::Value;
-use support::fixtures::{MISSION_NAME, mission_policy};
+use support::fixtures::{MISSION_NAME, Whitelist, mission_policy};
 use support::{
     Backend, Family, Guard, Lab, Role, addr, backend_tests, check_reachability, dropped, open,
     ports, replies, sa,
@@ -355,3 +355,43 @@ fn deny_all_leaves_only_failsafe_ports(backend: Backend) {
     );
 }
 backend_tests!(deny_all_leaves_only_failsafe_ports);
+
+/// `plan` warns when a change leaves a published port that was guarded open to anyone: here
+/// the mission whitelist, applied, is replaced by the same policy on another port. The
+/// published ports that were open before (docker's, kube-proxy's) are not named.
+fn plan_warns_when_a_guarded_published_port_would_open(backend: Backend) {
+    let lab = exposed_lab(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy("mission.yaml", &mission_policy());
+    guard.apply();
+    guard.write_policy(
+        "mission.yaml",
+        &Whitelist::mission().port(ports::HOST_SERVICE).yaml(),
+    );
+    let (code, out) = guard.plan_detailed();
+    assert_eq!(code, 2, "{out}");
+    let warning = format!(
+        "warning: published port tcp/{} (IPv4, DNAT to {}:{}) was guarded and would be open to anyone",
+        ports::NODEPORT,
+        addr::NODE_V4,
+        ports::NODEPORT_TARGET
+    );
+    assert!(out.stdout.contains(&warning), "{out}");
+    // The IPv6 NodePort was guarded too: nobody could reach it (the whitelist lists IPv4
+    // sources only).
+    assert!(
+        out.stdout.contains(&format!(
+            "warning: published port tcp/{} (IPv6, DNAT to [{}]:{})",
+            ports::NODEPORT,
+            addr::NODE_V6,
+            ports::NODEPORT_TARGET
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        out.stdout.matches("was guarded and would be open").count(),
+        2,
+        "only the NodePort was guarded: {out}"
+    );
+}
+backend_tests!(plan_warns_when_a_guarded_published_port_would_open);

@@ -332,6 +332,26 @@ pub fn promotions(names: &PolicyNames, desired: &State, observed: &State) -> Vec
     lines
 }
 
+/// The published (DNATed) ports the policies last applied guarded and the policies to apply
+/// leave open to anyone, in words (`exposure::newly_open`); none when nothing was applied.
+fn opened_published_ports(
+    settings: &Settings,
+    runner: &dyn Runner,
+    prepared: &Prepared,
+) -> Vec<String> {
+    let Some(before) = applied_model(settings) else {
+        return Vec::new();
+    };
+    let (dnat, _) = crate::exposure::scan::published(runner);
+    crate::exposure::newly_open(
+        &dnat,
+        &before,
+        &prepared.model,
+        &settings.config,
+        &prepared.facts,
+    )
+}
+
 /// `plan [--detailed-exitcode] [--json] [--out FILE]`.
 pub fn run(
     settings: &Settings,
@@ -354,6 +374,11 @@ pub fn run(
         established_cuts(settings, runner, &prepared)
     };
     let promotions = promotions(&prepared.compiled.names, &prepared.desired, &observed);
+    let opened = if changes.is_empty() {
+        Vec::new()
+    } else {
+        opened_published_ports(settings, runner, &prepared)
+    };
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -371,6 +396,7 @@ pub fn run(
                 "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
                 "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
                 "promotions": promotions,
+                "openedPublishedPorts": opened,
                 "plan": changes,
             }),
         );
@@ -387,6 +413,9 @@ pub fn run(
         }
         if let Some(report) = &established {
             print_established(report, settings.config.revoke_established);
+        }
+        for line in &opened {
+            println!("warning: {line}");
         }
     }
     if let Some(path) = out {

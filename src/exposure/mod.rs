@@ -211,16 +211,7 @@ pub fn assess(
     let own = host.own_addresses(&config.host_interface_exclude);
     let mut exposed = Vec::new();
     for dnat in published(&inventory.dnat, &own) {
-        let address = match dnat.destination {
-            Destination::Net(net) => own
-                .iter()
-                .find(|a| !a.is_loopback() && net.contains(*a))
-                .copied(),
-            Destination::Any | Destination::Local => None,
-        };
-        let to_host = target_address(&dnat.target)
-            .is_some_and(|target| target.is_loopback() || own.contains(&target));
-        let reach = reacher.reach(dnat.family, dnat.protocol, dnat.port, address, !to_host);
+        let reach = reacher.reach(&dnat_port(&dnat, &own));
         exposed.push(Exposed {
             protocol: dnat.protocol,
             port: dnat.port,
@@ -235,7 +226,13 @@ pub fn assess(
     }
     for (family, socket) in outside_sockets(&inventory.sockets) {
         let address = (!socket.address.is_unspecified()).then_some(socket.address);
-        let reach = reacher.reach(family, socket.protocol, socket.port, address, false);
+        let reach = reacher.reach(&reach::Port {
+            family,
+            protocol: socket.protocol,
+            port: socket.port,
+            address,
+            forwarded: false,
+        });
         let owner = (!socket.processes.is_empty()).then(|| socket.processes.join(", "));
         exposed.push(Exposed {
             protocol: socket.protocol,
@@ -369,31 +366,63 @@ pub fn counts(exposed: &[Exposed]) -> BTreeMap<(Reachable, Via), usize> {
     counts
 }
 
-/// The published (DNATed) ports `before` guarded (some or nobody) that `after` leaves open
-/// to anyone, in words: `plan`'s warning.
-pub fn newly_open(before: &[Exposed], after: &[Exposed]) -> Vec<String> {
-    let key = |port: &Exposed| (port.family, port.protocol, port.port, port.target.clone());
-    after
+/// The port a DNAT rule publishes, as packets from other hosts meet it: on the host address
+/// its destination names (any of them for `LOCAL` or no condition), forwarded unless the
+/// target is the host itself.
+fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
+    let address = match dnat.destination {
+        Destination::Net(net) => own
+            .iter()
+            .find(|a| !a.is_loopback() && net.contains(*a))
+            .copied(),
+        Destination::Any | Destination::Local => None,
+    };
+    let to_host = target_address(&dnat.target)
+        .is_some_and(|target| target.is_loopback() || own.contains(&target));
+    reach::Port {
+        family: dnat.family,
+        protocol: dnat.protocol,
+        port: dnat.port,
+        address,
+        forwarded: !to_host,
+    }
+}
+
+/// The published (DNATed) ports of `dnat` that `before` guarded (some sources or none) and
+/// `after` leaves open to anyone, in words: `plan`'s warning.
+pub fn newly_open(
+    dnat: &[Dnat],
+    before: &Model,
+    after: &Model,
+    config: &Config,
+    host: &HostFacts,
+) -> Vec<String> {
+    let own = host.own_addresses(&config.host_interface_exclude);
+    let ports = published(dnat, &own);
+    if ports.is_empty() {
+        return Vec::new();
+    }
+    let (was, now) = (
+        reach::Reacher::new(before, config, host),
+        reach::Reacher::new(after, config, host),
+    );
+    ports
         .iter()
-        .filter(|port| port.via == Via::Dnat && port.reachable_from == Reachable::Anyone)
-        .filter(|port| {
-            before.iter().any(|was| {
-                key(was) == key(port)
-                    && was.via == Via::Dnat
-                    && was.reachable_from != Reachable::Anyone
-            })
+        .filter(|dnat| {
+            let port = dnat_port(dnat, &own);
+            now.open_to_anyone(&port) && !was.open_to_anyone(&port)
         })
-        .map(|port| {
+        .map(|dnat| {
             format!(
                 "published port {}/{} ({}, DNAT to {}{}) was guarded and would be open to anyone",
-                port.protocol,
-                port.port,
-                match port.family {
+                dnat.protocol,
+                dnat.port,
+                match dnat.family {
                     IpFamily::V4 => "IPv4",
                     IpFamily::V6 => "IPv6",
                 },
-                port.target,
-                port.owner
+                dnat.target,
+                dnat.owner
                     .as_deref()
                     .map(|owner| format!(", {owner}"))
                     .unwrap_or_default()

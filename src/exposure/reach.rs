@@ -30,6 +30,45 @@ pub struct Reach {
     pub decided_by: Vec<String>,
 }
 
+/// A port packets from other hosts arrive for.
+#[derive(Clone, Copy, Debug)]
+pub struct Port {
+    /// Its family.
+    pub family: IpFamily,
+    /// Its protocol.
+    pub protocol: Transport,
+    /// Its number.
+    pub port: u16,
+    /// The host's address it is on (`None`: any of them).
+    pub address: Option<IpAddr>,
+    /// Whether packets for it are forwarded after DNAT (to a container or pod elsewhere)
+    /// rather than taken by the host.
+    pub forwarded: bool,
+}
+
+impl Port {
+    /// The first packet of a connection from `src` arriving on `interface` for `dst`.
+    fn packet(&self, src: IpAddr, interface: &Option<String>, dst: IpAddr) -> Packet {
+        Packet {
+            src,
+            dst,
+            protocol: self.protocol.number(),
+            sport: Some(DEFAULT_SOURCE_PORT),
+            dport: Some(self.port),
+            icmp_type: None,
+            icmp_code: None,
+            in_interface: interface.clone(),
+            out_interface: None,
+            travel: if self.forwarded {
+                Travel::Forward
+            } else {
+                Travel::Inbound
+            },
+            state: ConnState::New,
+        }
+    }
+}
+
 /// The policies bound to this host once, for many ports.
 pub struct Reacher<'m> {
     evaluator: Evaluator<'m>,
@@ -53,45 +92,20 @@ impl<'m> Reacher<'m> {
         }
     }
 
-    /// Who may reach `protocol`/`port` of `family` at `address` (`None`: any of the host's
-    /// addresses), arriving for the host, or forwarded after DNAT when `forwarded`.
-    pub fn reach(
-        &self,
-        family: IpFamily,
-        protocol: Transport,
-        port: u16,
-        address: Option<IpAddr>,
-        forwarded: bool,
-    ) -> Reach {
-        let arrivals = self.arrivals(family, address);
-        let starts = &self.starts[usize::from(family == IpFamily::V6)];
+    /// Who may reach `port`.
+    pub fn reach(&self, port: &Port) -> Reach {
+        let arrivals = self.arrivals(port.family, port.address);
+        let starts = &self.starts[usize::from(port.family == IpFamily::V6)];
         let mut allowed_pieces = Vec::new();
         let mut allows: Vec<Verdict> = Vec::new();
         let mut drops: Vec<Verdict> = Vec::new();
         for (index, &start) in starts.iter().enumerate() {
             let end = starts
                 .get(index + 1)
-                .map_or(max_of(family), |next| next - 1);
-            let src = address_of(family, start);
+                .map_or(max_of(port.family), |next| next - 1);
             let mut let_through = false;
             for (interface, dst) in &arrivals {
-                let packet = Packet {
-                    src,
-                    dst: *dst,
-                    protocol: protocol.number(),
-                    sport: Some(DEFAULT_SOURCE_PORT),
-                    dport: Some(port),
-                    icmp_type: None,
-                    icmp_code: None,
-                    in_interface: interface.clone(),
-                    out_interface: None,
-                    travel: if forwarded {
-                        Travel::Forward
-                    } else {
-                        Travel::Inbound
-                    },
-                    state: ConnState::New,
-                };
+                let packet = port.packet(address_of(port.family, start), interface, *dst);
                 let verdict = self.evaluator.verdict(&packet);
                 if verdict.outcome == Outcome::Dropped {
                     drops.push(verdict);
@@ -126,12 +140,25 @@ impl<'m> Reacher<'m> {
         Reach {
             reachable,
             allowed: if reachable == Reachable::Some {
-                cidrs(family, &allowed_pieces)
+                cidrs(port.family, &allowed_pieces)
             } else {
                 Vec::new()
             },
             decided_by,
         }
+    }
+
+    /// Whether every source may reach `port` ([`Reacher::reach`] says `anyone`), stopping at
+    /// the first packet dropped.
+    pub fn open_to_anyone(&self, port: &Port) -> bool {
+        let arrivals = self.arrivals(port.family, port.address);
+        let starts = &self.starts[usize::from(port.family == IpFamily::V6)];
+        starts.iter().all(|&start| {
+            arrivals.iter().any(|(interface, dst)| {
+                let packet = port.packet(address_of(port.family, start), interface, *dst);
+                self.evaluator.verdict(&packet).outcome != Outcome::Dropped
+            })
+        })
     }
 
     /// The interfaces (and the address on each) a packet from another host for `address` can

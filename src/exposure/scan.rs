@@ -3,35 +3,43 @@
 
 use std::io;
 
-use super::{Inventory, Listening, Transport, nft, xtables};
+use super::{Dnat, Inventory, Listening, Transport, nft, xtables};
 use crate::dataplane::{Runner, nat};
 use crate::system::sockets;
+
+/// The DNAT rules nat `PREROUTING` reaches, in iptables and in other programs' nftables
+/// tables, and notes on what could not be read.
+pub fn published(runner: &dyn Runner) -> (Vec<Dnat>, Vec<String>) {
+    let listings = nat::read(runner);
+    let mut dnat = Vec::new();
+    let mut notes = listings.notes;
+    for (family, text) in &listings.iptables {
+        let (found, more) = xtables::parse_nat(text, *family);
+        dnat.extend(found);
+        notes.extend(more);
+    }
+    if let Some(json) = &listings.nft_json {
+        match nft::parse_ruleset(json) {
+            Ok((found, more)) => {
+                dnat.extend(found);
+                notes.extend(more);
+            }
+            Err(error) => notes.push(format!("cannot read `nft -j list ruleset`'s JSON: {error}")),
+        }
+    }
+    (dnat, notes)
+}
 
 /// What the kernel shows of ports reachable from outside. An error when the sockets cannot
 /// be read (an audit without them would hide what matters most); a nat table that cannot be
 /// read is a note.
 pub fn inventory(runner: &dyn Runner) -> io::Result<Inventory> {
-    let listings = nat::read(runner);
+    let (dnat, notes) = published(runner);
     let mut inventory = Inventory {
-        notes: listings.notes,
+        dnat,
+        notes,
         ..Inventory::default()
     };
-    for (family, text) in &listings.iptables {
-        let (dnat, notes) = xtables::parse_nat(text, *family);
-        inventory.dnat.extend(dnat);
-        inventory.notes.extend(notes);
-    }
-    if let Some(json) = &listings.nft_json {
-        match nft::parse_ruleset(json) {
-            Ok((dnat, notes)) => {
-                inventory.dnat.extend(dnat);
-                inventory.notes.extend(notes);
-            }
-            Err(error) => inventory
-                .notes
-                .push(format!("cannot read `nft -j list ruleset`'s JSON: {error}")),
-        }
-    }
     inventory.sockets = sockets::listening()
         .map_err(|error| {
             io::Error::new(

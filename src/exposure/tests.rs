@@ -191,15 +191,15 @@ fn a_published_port_that_loses_its_guard_is_named() {
         owner: Some("Service shop/guarded:http".into()),
     });
     let config = Config::default();
-    let before = assess(&inventory, &model(WHITELIST), &config, &golden_host());
-    let after = assess(&inventory, &model(""), &config, &golden_host());
+    let (guarded, open) = (model(WHITELIST), model(""));
     assert_eq!(
-        newly_open(&before, &after),
+        newly_open(&inventory.dnat, &guarded, &open, &config, &golden_host()),
         [
             "published port tcp/30008 (IPv4, DNAT to 192.0.2.2:80, Service shop/guarded:http) was guarded and would be open to anyone"
         ]
     );
-    assert!(newly_open(&after, &before).is_empty());
+    assert!(newly_open(&inventory.dnat, &open, &guarded, &config, &golden_host()).is_empty());
+    let after = assess(&inventory, &open, &config, &golden_host());
     let counts = counts(&after);
     assert_eq!(counts[&(Reachable::Anyone, Via::Dnat)], 5);
     assert_eq!(counts[&(Reachable::Nobody, Via::Socket)], 0);
