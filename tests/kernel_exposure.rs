@@ -9,10 +9,11 @@ mod support;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use serde_json::Value;
+use support::daemon::{Daemon, daemon_config, http_get_ok, parse_prometheus};
 use support::fixtures::{MISSION_NAME, Whitelist, mission_policy};
 use support::{
-    Backend, Family, Guard, Lab, Role, addr, backend_tests, check_reachability, dropped, open,
-    ports, replies, sa,
+    Backend, Family, Guard, Lab, POLL, Role, SETTLE_TIMEOUT, addr, backend_tests,
+    check_reachability, dropped, open, ports, replies, sa,
 };
 
 /// A loopback-only TCP and UDP port: never listed.
@@ -395,3 +396,48 @@ fn plan_warns_when_a_guarded_published_port_would_open(backend: Backend) {
     );
 }
 backend_tests!(plan_warns_when_a_guarded_published_port_would_open);
+
+/// The daemon exports `nodeport_guard_exposed_ports{reachable,via}` after it applies: under
+/// the mission whitelist, the IPv4 NodePort is reachable by some, the IPv6 one (no IPv6 source
+/// listed) by nobody, the other published ports and every socket by anyone.
+fn daemon_exports_the_exposed_ports(backend: Backend) {
+    let lab = exposed_lab(backend);
+    let metrics: SocketAddr = "127.0.0.1:9808".parse().expect("an address");
+    let guard = Guard::with_config(
+        &lab,
+        &daemon_config("1h", &format!("metricsAddress: {metrics}\n")),
+    );
+    guard.write_policy("mission.yaml", &mission_policy());
+    let _daemon = Daemon::start(&guard);
+    let series = |reachable: &str, via: &str| {
+        format!("nodeport_guard_exposed_ports{{reachable=\"{reachable}\",via=\"{via}\"}}")
+    };
+    let deadline = std::time::Instant::now() + SETTLE_TIMEOUT;
+    let samples = loop {
+        let response = http_get_ok(lab.node(), metrics, "/metrics");
+        let samples = parse_prometheus(&response.body)
+            .unwrap_or_else(|e| panic!("invalid /metrics ({e}):\n{}", response.body));
+        if samples.contains_key(&series("some", "dnat")) {
+            break samples;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exposed ports in /metrics:\n{}",
+            response.body
+        );
+        std::thread::sleep(POLL);
+    };
+    let value = |reachable: &str, via: &str| {
+        samples
+            .get(&series(reachable, via))
+            .copied()
+            .unwrap_or_else(|| panic!("no {} sample", series(reachable, via)))
+    };
+    assert_eq!(value("some", "dnat"), 1.0);
+    assert_eq!(value("nobody", "dnat"), 1.0);
+    assert!(value("anyone", "dnat") >= 5.0, "{samples:?}");
+    assert!(value("anyone", "socket") >= 6.0, "{samples:?}");
+    assert_eq!(value("some", "socket"), 0.0);
+    assert_eq!(value("nobody", "socket"), 0.0);
+}
+backend_tests!(daemon_exports_the_exposed_ports);

@@ -15,6 +15,7 @@
 
 mod debounce;
 pub mod drops;
+mod exposed;
 pub mod metrics;
 pub mod netlink;
 pub mod watch;
@@ -474,6 +475,13 @@ impl Daemon {
                 tracing::debug!(
                     record_ms = ms(written_at.elapsed()),
                     "recorded the applied state"
+                );
+                exposed::refresh(
+                    &self.metrics,
+                    &self.runner,
+                    &set.model,
+                    &self.settings.config,
+                    &facts,
                 );
                 self.last_good = Some(LastGood {
                     fingerprint: set.fingerprint,
