@@ -302,24 +302,13 @@ fn exposure_lists_every_reachable_port_with_the_kernels_verdict(backend: Backend
 }
 backend_tests!(exposure_lists_every_reachable_port_with_the_kernels_verdict);
 
-const DENY_ALL: &str = "\
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: deny-all
-spec:
-  selector: all()
-  applyOnForward: true
-  types: [Ingress]
-";
-
 /// With a deny-all policy in the files and nothing applied: judged under the files (said),
 /// every port is reachable by nobody but the failsafe SSH port, `--detailed-exitcode` is 0;
 /// applied, the kernel agrees; and the audit changed nothing.
 fn deny_all_leaves_only_failsafe_ports(backend: Backend) {
     let lab = exposed_lab(backend);
     let guard = Guard::new(&lab);
-    guard.write_policy("deny-all.yaml", DENY_ALL);
+    guard.write_policy("deny-all.yaml", nodeport_guard::fixtures::DENY_ALL);
     let before = kernel_state(&lab);
     let out = guard.run_expect(&["exposure", "--json", "--detailed-exitcode"], 0);
     let document: Value =

@@ -431,5 +431,24 @@ pub fn newly_open(
         .collect()
 }
 
+/// A DNAT in one line, for the parsers' tests: `V4 tcp/8000 Local -> 192.0.2.2:80 (owner)`.
+#[cfg(test)]
+fn describe(found: &[Dnat]) -> Vec<String> {
+    found
+        .iter()
+        .map(|dnat| {
+            format!(
+                "{:?} {}/{} {:?} -> {} ({})",
+                dnat.family,
+                dnat.protocol,
+                dnat.port,
+                dnat.destination,
+                dnat.target,
+                dnat.owner.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -435,29 +435,12 @@ fn scalar(value: &Value) -> String {
 mod tests {
     use super::*;
 
-    fn ports(found: &[Dnat]) -> Vec<String> {
-        found
-            .iter()
-            .map(|dnat| {
-                format!(
-                    "{:?} {}/{} {:?} -> {} ({})",
-                    dnat.family,
-                    dnat.protocol,
-                    dnat.port,
-                    dnat.destination,
-                    dnat.target,
-                    dnat.owner.as_deref().unwrap_or("-")
-                )
-            })
-            .collect()
-    }
-
     #[test]
     fn kube_proxy_nodeport_map_leads_through_service_chains_to_each_endpoint() {
         let json = include_str!("../../tests/data/exposure/kube-proxy.json");
         let (found, notes) = parse_ruleset(json).expect("nft JSON");
         assert_eq!(
-            ports(&found),
+            super::super::describe(&found),
             [
                 "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
                 "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
@@ -475,7 +458,7 @@ mod tests {
         let json = include_str!("../../tests/data/exposure/docker.json");
         let (found, notes) = parse_ruleset(json).expect("nft JSON");
         assert_eq!(
-            ports(&found),
+            super::super::describe(&found),
             [
                 "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
                 "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
@@ -502,7 +485,10 @@ mod tests {
                 {"dnat": {"family": "ip6", "addr": "2001:db8::3", "port": 3}}]}}
         ]}"#;
         let (found, _) = parse_ruleset(json).expect("nft JSON");
-        assert_eq!(ports(&found), ["V6 udp/3 Any -> [2001:db8::3]:3 (-)"]);
+        assert_eq!(
+            super::super::describe(&found),
+            ["V6 udp/3 Any -> [2001:db8::3]:3 (-)"]
+        );
         assert!(parse_ruleset("table ip nat {").is_err());
     }
 

@@ -3,27 +3,7 @@
 
 use super::*;
 use crate::config::Config;
-use crate::fixtures::{WHITELIST, golden_host};
-use crate::policy_set;
-
-fn model(yaml: &str) -> Model {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("policies.yaml"), yaml).expect("write");
-    let set = policy_set::load(&[dir.path().to_path_buf()]);
-    assert!(set.is_valid(), "{:?}", set.diagnostics);
-    set.model
-}
-
-const DENY_ALL: &str = "\
-apiVersion: projectcalico.org/v3
-kind: GlobalNetworkPolicy
-metadata:
-  name: deny-all
-spec:
-  selector: all()
-  applyOnForward: true
-  types: [Ingress]
-";
+use crate::fixtures::{DENY_ALL, WHITELIST, golden_host, model};
 
 fn socket(protocol: Transport, address: &str, port: u16, process: &str) -> Listening {
     Listening {

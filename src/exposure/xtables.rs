@@ -253,35 +253,19 @@ pub(super) fn service_name(comment: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
-    fn ports(found: &[Dnat]) -> Vec<String> {
-        found
-            .iter()
-            .map(|dnat| {
-                format!(
-                    "{}/{} {:?} -> {} ({})",
-                    dnat.protocol,
-                    dnat.port,
-                    dnat.destination,
-                    dnat.target,
-                    dnat.owner.as_deref().unwrap_or("-")
-                )
-            })
-            .collect()
-    }
-
     #[test]
     fn kube_proxy_nodeports_lead_to_every_endpoint_and_name_the_service() {
         let save = include_str!("../../tests/data/exposure/kube-proxy-iptables.save");
         let (found, notes) = parse_nat(save, IpFamily::V4);
         assert_eq!(
-            ports(&found),
+            super::super::describe(&found),
             [
-                "tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
-                "tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
-                "tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
-                "tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
-                "udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
-                "udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
+                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
+                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
+                "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
+                "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
+                "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
+                "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
             ]
         );
         assert!(notes.is_empty(), "{notes:?}");
@@ -292,17 +276,17 @@ mod tests {
         let save = include_str!("../../tests/data/exposure/docker-iptables.save");
         let (found, _) = parse_nat(save, IpFamily::V4);
         assert_eq!(
-            ports(&found),
+            super::super::describe(&found),
             [
-                "tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
-                "tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
+                "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
+                "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
             ]
         );
         let save = include_str!("../../tests/data/exposure/docker-ip6tables.save");
         let (found, _) = parse_nat(save, IpFamily::V6);
         assert_eq!(
-            ports(&found),
-            ["tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)"]
+            super::super::describe(&found),
+            ["V6 tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)"]
         );
     }
 
@@ -319,7 +303,10 @@ mod tests {
         let (found, notes) = parse_nat(save, IpFamily::V4);
         // A rule under a contradictory path (udp, then tcp) never matches; the filter table's
         // rule is not nat's.
-        assert_eq!(ports(&found), ["tcp/30008 Any -> 198.51.100.1:8080 (-)"]);
+        assert_eq!(
+            super::super::describe(&found),
+            ["V4 tcp/30008 Any -> 198.51.100.1:8080 (-)"]
+        );
         assert_eq!(
             notes,
             [
