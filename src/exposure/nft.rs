@@ -436,39 +436,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kube_proxy_nodeport_map_leads_through_service_chains_to_each_endpoint() {
-        let json = include_str!("../../tests/data/exposure/kube-proxy.json");
-        let (found, notes) = parse_ruleset(json).expect("nft JSON");
-        assert_eq!(
-            super::super::describe(&found),
-            [
-                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
-                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
-                "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
-                "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
-                "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
-                "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
-            ]
-        );
-        assert!(notes.is_empty(), "{notes:?}");
-    }
-
-    #[test]
-    fn docker_nftables_firewall_publishes_to_the_container_in_both_families() {
-        let json = include_str!("../../tests/data/exposure/docker.json");
-        let (found, notes) = parse_ruleset(json).expect("nft JSON");
-        assert_eq!(
-            super::super::describe(&found),
-            [
-                "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
-                "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
-                "V6 tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)",
-            ]
-        );
-        assert!(notes.is_empty(), "{notes:?}");
-    }
-
-    #[test]
     fn iptables_nft_tables_and_non_json_are_left_alone() {
         let json = r#"{"nftables": [
             {"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "type": "nat", "hook": "prerouting"}},

@@ -5,6 +5,67 @@ use super::*;
 use crate::config::Config;
 use crate::fixtures::{DENY_ALL, WHITELIST, golden_host, model};
 
+/// The DNAT rules of both parsers on the same programs' rules in their two firewall modes.
+fn parsed(save: &[(&str, IpFamily)], json: &str) -> (Vec<String>, Vec<String>) {
+    let mut from_iptables = Vec::new();
+    for (text, family) in save {
+        let (found, notes) = xtables::parse_nat(text, *family);
+        assert!(notes.is_empty(), "{notes:?}");
+        from_iptables.extend(found);
+    }
+    from_iptables.sort();
+    let (from_nft, notes) = nft::parse_ruleset(json).expect("nft JSON");
+    assert!(notes.is_empty(), "{notes:?}");
+    (describe(&from_iptables), describe(&from_nft))
+}
+
+#[test]
+fn kube_proxy_nodeports_lead_to_every_endpoint_and_name_the_service_in_both_modes() {
+    let (iptables, nftables) = parsed(
+        &[(
+            include_str!("../../tests/data/exposure/kube-proxy-iptables.save"),
+            IpFamily::V4,
+        )],
+        include_str!("../../tests/data/exposure/kube-proxy.json"),
+    );
+    // The cluster IPs (203.0.113.x) are DNATed too; `assess` leaves them out unless they are
+    // the host's own.
+    let expected = [
+        "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
+        "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
+        "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
+        "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
+        "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
+        "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
+    ];
+    assert_eq!(iptables, expected, "iptables mode");
+    assert_eq!(nftables, expected, "nftables mode");
+}
+
+#[test]
+fn docker_published_ports_name_the_container_and_keep_the_loopback_condition_in_both_firewalls() {
+    let (iptables, nftables) = parsed(
+        &[
+            (
+                include_str!("../../tests/data/exposure/docker-iptables.save"),
+                IpFamily::V4,
+            ),
+            (
+                include_str!("../../tests/data/exposure/docker-ip6tables.save"),
+                IpFamily::V6,
+            ),
+        ],
+        include_str!("../../tests/data/exposure/docker.json"),
+    );
+    let expected = [
+        "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
+        "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
+        "V6 tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)",
+    ];
+    assert_eq!(iptables, expected, "iptables firewall");
+    assert_eq!(nftables, expected, "nftables firewall");
+}
+
 fn socket(protocol: Transport, address: &str, port: u16, process: &str) -> Listening {
     Listening {
         protocol,

@@ -254,43 +254,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kube_proxy_nodeports_lead_to_every_endpoint_and_name_the_service() {
-        let save = include_str!("../../tests/data/exposure/kube-proxy-iptables.save");
-        let (found, notes) = parse_nat(save, IpFamily::V4);
-        assert_eq!(
-            super::super::describe(&found),
-            [
-                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
-                "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
-                "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
-                "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
-                "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
-                "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
-            ]
-        );
-        assert!(notes.is_empty(), "{notes:?}");
-    }
-
-    #[test]
-    fn docker_published_ports_name_the_container_and_keep_the_loopback_condition() {
-        let save = include_str!("../../tests/data/exposure/docker-iptables.save");
-        let (found, _) = parse_nat(save, IpFamily::V4);
-        assert_eq!(
-            super::super::describe(&found),
-            [
-                "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
-                "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
-            ]
-        );
-        let save = include_str!("../../tests/data/exposure/docker-ip6tables.save");
-        let (found, _) = parse_nat(save, IpFamily::V6);
-        assert_eq!(
-            super::super::describe(&found),
-            ["V6 tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)"]
-        );
-    }
-
-    #[test]
     fn hand_written_dnat_in_prerouting_and_what_cannot_be_a_port() {
         let save = "*filter\n-A INPUT -p tcp --dport 1 -j DNAT --to-destination 192.0.2.9:1\nCOMMIT\n\
                     *nat\n:PREROUTING ACCEPT [0:0]\n:LOOP - [0:0]\n\
