@@ -19,8 +19,10 @@ pub mod dataplane;
 pub mod diagnostic;
 pub mod digest;
 pub mod drops;
+pub mod engine;
 pub mod exposure;
 pub mod facts;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fixtures;
 pub mod load;

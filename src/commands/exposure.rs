@@ -37,8 +37,8 @@ impl Basis {
 
 /// The policies to judge by: those last applied, else the files (printing their diagnostics;
 /// `None` when they are invalid or missing).
-pub fn policies(settings: &Settings) -> Option<(Model, Basis)> {
-    if let Some(model) = super::plan::applied_model(settings) {
+pub fn policies(settings: &Settings, runner: &dyn Runner) -> Option<(Model, Basis)> {
+    if let Some(model) = crate::engine::Engine::new(settings, runner).applied_model() {
         return Some((model, Basis::Applied));
     }
     let directory = &settings.config.policies_dir;
@@ -64,7 +64,7 @@ pub fn run(
     json: bool,
     detailed: bool,
 ) -> Result<ExitCode> {
-    let Some((model, basis)) = policies(settings) else {
+    let Some((model, basis)) = policies(settings, runner) else {
         return Ok(ExitCode::from(1));
     };
     let inventory = exposure::scan::inventory(runner)?;

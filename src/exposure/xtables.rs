@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 
 use super::{Destination, Dnat, Transport};
-use crate::dataplane::fake::split_words;
+use crate::dataplane::iptables::parse::split_words;
 use crate::model::IpFamily;
 
 /// How deep jumps are followed (kube-proxy's deepest path is five chains).
