@@ -422,6 +422,7 @@ impl Daemon {
         super::exposed::refresh(
             &self.metrics,
             &self.runner,
+            &set.fingerprint,
             &set.model,
             &self.settings.config,
             &facts,

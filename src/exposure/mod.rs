@@ -111,7 +111,7 @@ pub struct Listening {
 }
 
 /// What the kernel shows of ports reachable from outside.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inventory {
     /// Listening and bound sockets (loopback ones included: [`assess`] leaves them out).
     pub sockets: Vec<Listening>,
@@ -388,6 +388,10 @@ fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
     }
 }
 
+/// Most packets `plan`'s warning traces per set of policies (pieces of the source space
+/// times published ports): past that it says so instead of delaying the plan.
+pub const MAX_PLAN_PACKETS: usize = 100_000;
+
 /// The published (DNATed) ports of `dnat` that `before` guarded (some sources or none) and
 /// `after` leaves open to anyone, in words: `plan`'s warning.
 pub fn newly_open(
@@ -406,6 +410,16 @@ pub fn newly_open(
         reach::Reacher::new(before, config, host),
         reach::Reacher::new(after, config, host),
     );
+    let work: usize = ports
+        .iter()
+        .map(|dnat| was.pieces(dnat.family).max(now.pieces(dnat.family)))
+        .sum();
+    if work > MAX_PLAN_PACKETS {
+        return vec![format!(
+            "what the change does to the {} published ports was not worked out ({work} packets to trace, more than {MAX_PLAN_PACKETS}): `nodeport-guard exposure` says who may reach them",
+            ports.len()
+        )];
+    }
     ports
         .iter()
         .filter(|dnat| {

@@ -148,6 +148,12 @@ impl<'m> Reacher<'m> {
         }
     }
 
+    /// How many pieces the source space of `family` is cut into (packets traced per port and
+    /// interface).
+    pub fn pieces(&self, family: IpFamily) -> usize {
+        self.starts[usize::from(family == IpFamily::V6)].len()
+    }
+
     /// Whether every source may reach `port` ([`Reacher::reach`] says `anyone`), stopping at
     /// the first packet dropped.
     pub fn open_to_anyone(&self, port: &Port) -> bool {
