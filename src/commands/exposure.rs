@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::dataplane::Runner;
-use crate::diagnostic;
 use crate::exposure::{self, Exposed, Reachable, Via};
 use crate::model::Model;
 use crate::policy_set;
@@ -51,7 +50,7 @@ pub fn policies(settings: &Settings, runner: &dyn Runner) -> Option<(Model, Basi
     }
     let set = policy_set::load_with(std::slice::from_ref(directory), settings.load);
     if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
         return None;
     }
     Some((set.model, Basis::Files))
