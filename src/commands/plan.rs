@@ -68,6 +68,11 @@ pub fn run(
         engine.established_cuts(prepared)
     };
     let promotions = engine::promotions(&prepared.compiled.names, &prepared.desired, observed);
+    let opened = if changes.is_empty() {
+        Vec::new()
+    } else {
+        engine.opened_published_ports(prepared)
+    };
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -86,6 +91,7 @@ pub fn run(
                 "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
                 "promotions": promotions,
                 "expiring": super::grants::list_json(&prepared.expiring, settings.load.now)["items"],
+                "openedPublishedPorts": opened,
                 "plan": changes,
             }),
         );
@@ -102,6 +108,9 @@ pub fn run(
         }
         if let Some(report) = &established {
             print_established(report, settings.config.revoke_established);
+        }
+        for line in &opened {
+            println!("warning: {line}");
         }
     }
     if !json {

@@ -16,6 +16,7 @@
 mod debounce;
 pub mod drops;
 pub mod expiry;
+mod exposed;
 pub mod metrics;
 pub mod netlink;
 mod reload;
