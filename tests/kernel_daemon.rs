@@ -1319,7 +1319,17 @@ fn metrics_are_valid_and_move(backend: Backend) {
     assert_eq!(missing.status, 404, "{missing:?}");
 
     let reloads_ok = "nodeport_guard_reloads_total{result=\"ok\"}";
-    let drift = "nodeport_guard_drift_repairs_total";
+    let drift = |samples: &support::daemon::Samples| -> f64 {
+        ["notification", "poll", "resync"]
+            .iter()
+            .map(|trigger| {
+                sample(
+                    samples,
+                    &format!("nodeport_guard_drift_repairs_total{{trigger=\"{trigger}\"}}"),
+                )
+            })
+            .sum()
+    };
     let rule = |kind: &str, index: usize| {
         format!(
             "nodeport_guard_rule_{kind}_total{{policy=\"guard-nodeport\",direction=\"ingress\",rule=\"{index}\",tier=\"default\"}}"
@@ -1330,7 +1340,9 @@ fn metrics_are_valid_and_move(backend: Backend) {
         reloads_ok,
         "nodeport_guard_reloads_total{result=\"failed\"}",
         "nodeport_guard_reloads_total{result=\"refused\"}",
-        drift,
+        "nodeport_guard_drift_repairs_total{trigger=\"notification\"}",
+        "nodeport_guard_drift_repairs_total{trigger=\"poll\"}",
+        "nodeport_guard_drift_repairs_total{trigger=\"resync\"}",
         "nodeport_guard_policies",
         &rule("packets", 0),
         &rule("packets", 1),
@@ -1350,9 +1362,13 @@ fn metrics_are_valid_and_move(backend: Backend) {
     wait_metric_above(&lab, &daemon, reloads_ok, sample(&before, reloads_ok));
     expect_traffic_within(&lab, &daemon, t, &[SRC_B], &[SRC_A], "after the change");
 
-    let now = scrape(&lab);
+    let now = drift(&scrape(&lab));
     delete_our_jump(&lab);
-    wait_metric_above(&lab, &daemon, drift, sample(&now, drift));
+    assert!(
+        wait_until(RELOAD_WITHIN, POLL, || drift(&scrape(&lab)) > now),
+        "no drift repair counted\n--- daemon log ---\n{}",
+        daemon.log()
+    );
 
     let now = scrape(&lab);
     assert_traffic(&lab, &[SRC_B], &[SRC_A], "traffic for the counters");

@@ -14,7 +14,9 @@
 //! addresses the same does not even read the kernel.
 
 mod debounce;
+pub mod drift;
 pub mod drops;
+pub mod http;
 pub mod metrics;
 pub mod netlink;
 pub mod watch;
@@ -50,6 +52,19 @@ pub enum Event {
     Resync,
     /// An address or link changed.
     AddressesChanged,
+    /// Another program may have changed what we own (see [`drift`]): repair it.
+    Drift(drift::Trigger),
+}
+
+impl Event {
+    /// What noticed the drift, for the events that read the whole kernel to repair it.
+    fn drift_trigger(self) -> Option<drift::Trigger> {
+        match self {
+            Event::Drift(trigger) => Some(trigger),
+            Event::Resync => Some(drift::Trigger::Resync),
+            _ => None,
+        }
+    }
 }
 
 /// What the last successful apply was made from.
@@ -122,6 +137,7 @@ async fn run_loop(
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
+    let mut drift_watch = drift::Watch::start(backend, sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -129,12 +145,13 @@ async fn run_loop(
         let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
         let counter_settings = settings.clone();
         let counter_runner = runner.clone();
-        tokio::spawn(metrics::serve(
-            listener,
+        http::start(
+            listener.into_std()?,
             metrics.clone(),
             move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
             stale_after,
-        ));
+        )
+        .context("cannot start serving /metrics")?;
         tracing::info!(%address, "serving /metrics and /healthz");
     }
     let mut hangup = signal(SignalKind::hangup())?;
@@ -149,9 +166,13 @@ async fn run_loop(
         policies = %daemon.settings.config.policies_dir.display(),
         resync = %humantime::format_duration(daemon.settings.config.resync_interval),
         address_notifications = netlink,
+        drift_watch = drift_watch.mode,
         "nodeport-guard daemon starting"
     );
     daemon.handle(Event::Resync);
+    if let Some(good) = &daemon.last_good {
+        drift_watch.follow(&good.desired, &daemon.metrics);
+    }
     crate::system::runtime::release_free_memory();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
@@ -168,10 +189,12 @@ async fn run_loop(
     let mut pending_addresses: Option<tokio::time::Instant> = None;
     // Files change in bursts too (an editor's temp file and rename, a ConfigMap's swap).
     let mut file_events = debounce::Debounce::new(daemon.settings.config.debounce);
+    let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
 
     loop {
         let address_deadline = pending_addresses;
         let policies_deadline = file_events.due();
+        let drift_deadline = drift_checks.due();
         tokio::select! {
             Some(event) = events.recv() => {
                 let now = tokio::time::Instant::now();
@@ -179,6 +202,7 @@ async fn run_loop(
                     Event::AddressesChanged => {
                         pending_addresses.get_or_insert(now + address_settle);
                     }
+                    Event::Drift(trigger) => drift_checks.noticed(now, trigger),
                     _ => file_events.event(now),
                 }
                 continue;
@@ -191,6 +215,16 @@ async fn run_loop(
             () = sleep_until(address_deadline) => {
                 pending_addresses = None;
                 daemon.handle(Event::AddressesChanged);
+            }
+            () = sleep_until(drift_deadline) => {
+                match drift_checks.fire(tokio::time::Instant::now()) {
+                    Some(drift::Fire::Check(trigger)) => daemon.handle(Event::Drift(trigger)),
+                    Some(drift::Fire::Limited { first }) => {
+                        drift::limited(&daemon.metrics, first);
+                        continue;
+                    }
+                    None => continue,
+                }
             }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
@@ -207,6 +241,9 @@ async fn run_loop(
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+        }
+        if let Some(good) = &daemon.last_good {
+            drift_watch.follow(&good.desired, &daemon.metrics);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::release_free_memory();
@@ -425,8 +462,12 @@ impl Daemon {
                 let summary = outcome.summary();
                 let changed = !outcome.plan.is_empty();
                 self.count_applied(event, &outcome, set.model.policies().len(), &desired);
-                if event == Event::Resync && changed && self.last_good.is_some() {
+                if let Some(trigger) = event.drift_trigger()
+                    && changed
+                    && self.last_good.is_some()
+                {
                     tracing::warn!(
+                        trigger = trigger.as_str(),
                         changes = %summary.line(),
                         what = %outcome.plan.describe(),
                         "drift repaired: another program changed nodeport-guard's rules"
@@ -439,6 +480,9 @@ impl Daemon {
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "applied"
                     );
+                } else if matches!(event, Event::Drift(_)) {
+                    // The echo of our own writes, or a change that left ours as it was.
+                    tracing::debug!(?event, "no changes needed");
                 } else {
                     tracing::info!(
                         ?event,
@@ -504,14 +548,17 @@ impl Daemon {
     ) {
         let changed = !outcome.plan.is_empty();
         if let Ok(mut metrics) = self.metrics.lock() {
-            metrics.reloads_ok += u64::from(event != Event::Resync || changed);
-            if event == Event::Resync && changed && self.last_good.is_some() {
-                metrics.drift_repairs += 1;
+            let trigger = event.drift_trigger();
+            metrics.reloads_ok += u64::from(trigger.is_none() || changed);
+            if let Some(trigger) = trigger
+                && changed
+                && self.last_good.is_some()
+            {
+                trigger.count(&mut metrics);
             }
             if changed {
                 metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
-                metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
-                metrics.apply_count += 1;
+                metrics.apply_seconds.observe(outcome.elapsed.as_secs_f64());
             }
             if changed || metrics.last_apply_timestamp == 0 {
                 metrics.last_apply_timestamp = now_seconds();
@@ -608,7 +655,7 @@ impl Daemon {
     fn repair_with_last_good(&mut self, event: Event, facts: &HostFacts) {
         if !matches!(
             event,
-            Event::Resync | Event::Reload | Event::AddressesChanged
+            Event::Resync | Event::Reload | Event::AddressesChanged | Event::Drift(_)
         ) {
             return;
         }
@@ -625,10 +672,11 @@ impl Daemon {
         self.cache = None;
         match result {
             Ok(outcome) if !outcome.plan.is_empty() => {
+                let trigger = event.drift_trigger().unwrap_or(drift::Trigger::Resync);
                 if let Ok(mut metrics) = self.metrics.lock() {
-                    metrics.drift_repairs += 1;
+                    trigger.count(&mut metrics);
                 }
-                tracing::warn!(changes = %outcome.summary().line(), what = %outcome.plan.describe(), "drift repaired with the last good rules");
+                tracing::warn!(trigger = trigger.as_str(), changes = %outcome.summary().line(), what = %outcome.plan.describe(), "drift repaired with the last good rules");
                 let recorded = self
                     .state_dir
                     .record_change("daemon", outcome.plan.summary().counts());

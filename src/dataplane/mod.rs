@@ -14,6 +14,7 @@ pub mod fake;
 pub mod iptables;
 pub mod namespace;
 pub mod nfgen;
+pub mod nfnotify;
 pub mod nftables;
 pub mod runner;
 pub mod xtables;
