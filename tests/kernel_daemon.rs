@@ -1477,12 +1477,9 @@ fn a_reload_after_foreign_changes_repairs_them_too(backend: Backend) {
     write_in_place(&file, &whitelist(&[SRC_A, SRC_B]));
     expect_traffic_within(&lab, &daemon, since, &[SRC_A, SRC_B], &[], "reload");
     for round in 0..3 {
+        // The drift watch may repair part of it first; whatever it leaves, the reload must
+        // repair.
         foreign_drift(&lab);
-        assert_ne!(
-            guard.plan_detailed().0,
-            0,
-            "round {round}: the drift is there"
-        );
         let mark = daemon.mark();
         let allowed: &[Ipv4Addr] = if round % 2 == 0 {
             &[SRC_A]

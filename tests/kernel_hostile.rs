@@ -123,9 +123,6 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
             daemon.log_since(mark)
         );
         eprintln!("{backend}: flush repaired after {elapsed:?}");
-        if std::env::var_os("NPG_DEBUG_LOG").is_some() {
-            eprintln!("{}", daemon.log_since(mark));
-        }
         assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the repair");
         let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(2));
         let trigger = if backend == Backend::Legacy {
@@ -542,4 +539,82 @@ fn oversized_and_slow_requests_are_dropped(backend: Backend) {
 fn oversized_and_slow_requests_are_dropped_nft() {
     support::require_kernel!();
     oversized_and_slow_requests_are_dropped(Backend::Nft);
+}
+
+/// `/metrics` passes `promtool check metrics` (the Prometheus project's own linter) in the
+/// Prometheus text format, with every family and label it had before, the repairs by trigger;
+/// a scraper that asks for OpenMetrics gets it.
+#[test]
+fn metrics_pass_promtool_nft() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = Guard::with_config(
+        &lab,
+        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
+    );
+    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let _daemon = Daemon::start(&guard);
+    let text = http_get_ok(lab.node(), metrics_addr(), "/metrics");
+    assert!(
+        text.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{}",
+        text.head
+    );
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test installs it)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.body.as_bytes())
+        .expect("write to promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr),
+        text.body
+    );
+    for family in [
+        "# TYPE nodeport_guard_reloads_total counter",
+        "# TYPE nodeport_guard_drift_repairs_total counter",
+        "# TYPE nodeport_guard_rule_packets_total counter",
+        "# TYPE nodeport_guard_rule_bytes_total counter",
+        "# TYPE nodeport_guard_policies gauge",
+        "# TYPE nodeport_guard_apply_duration_seconds histogram",
+        "nodeport_guard_drift_repairs_total{trigger=\"notification\"} 0",
+        "nodeport_guard_rule_packets_total{policy=\"guard-nodeport\",direction=\"ingress\",rule=\"0\",tier=\"default\"}",
+    ] {
+        assert!(
+            text.body.contains(family),
+            "{family} missing in\n{}",
+            text.body
+        );
+    }
+    let openmetrics = lab.node().run(|| {
+        let mut stream = TcpStream::connect(metrics_addr()).expect("connect");
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n"
+        )
+        .expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        answer
+    });
+    assert!(
+        openmetrics
+            .to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{openmetrics}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
 }

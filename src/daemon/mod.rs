@@ -461,8 +461,10 @@ impl Daemon {
                 );
                 let summary = outcome.summary();
                 let changed = !outcome.plan.is_empty();
-                self.count_applied(event, &outcome, set.model.policies().len(), &desired);
-                if let Some(trigger) = event.drift_trigger()
+                // New files make it a reload, whatever woke the loop.
+                let trigger = event.drift_trigger().filter(|_| !new_files);
+                self.count_applied(trigger, &outcome, set.model.policies().len(), &desired);
+                if let Some(trigger) = trigger
                     && changed
                     && self.last_good.is_some()
                 {
@@ -541,14 +543,13 @@ impl Daemon {
     /// The metrics of a reload that applied (or found nothing to change).
     fn count_applied(
         &self,
-        event: Event,
+        trigger: Option<drift::Trigger>,
         outcome: &reconcile::Outcome,
         policies: usize,
         desired: &State,
     ) {
         let changed = !outcome.plan.is_empty();
         if let Ok(mut metrics) = self.metrics.lock() {
-            let trigger = event.drift_trigger();
             metrics.reloads_ok += u64::from(trigger.is_none() || changed);
             if let Some(trigger) = trigger
                 && changed
