@@ -12,7 +12,9 @@ use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::daemon::{Daemon, daemon_config, http_get_ok, parse_prometheus};
+use support::daemon::{
+    Daemon, daemon_config, get, http_get_ok, parse_prometheus, resident_kib, scrape_storm,
+};
 use support::fixtures::Whitelist;
 use support::{Backend, Family, Guard, Lab, POLL, addr, backend_tests, iptables, wait_until};
 
@@ -45,6 +47,17 @@ fn ours(guard: &Guard<'_>) -> String {
         .map(|line| format!("{line}\n"))
         .collect();
     format!("{}{}{}{members}", ours.v4, ours.v6, ours.nft)
+}
+
+/// A guard with the default resync interval, `/metrics` on [`METRICS_ADDR`], and the
+/// whitelist of [`SRC_A`].
+fn serving_guard(lab: &Lab) -> Guard<'_> {
+    let guard = Guard::with_config(
+        lab,
+        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
+    );
+    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    guard
 }
 
 /// Exactly `allowed` reach the NodePort and `blocked` are dropped.
@@ -100,11 +113,7 @@ fn delete_our_jump(lab: &Lab) -> bool {
 /// source is dropped again, and the repair is counted under the watch's trigger.
 fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
     assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
     let applied = ours(&guard);
@@ -234,11 +243,7 @@ backend_tests!(a_neighbour_committing_often_costs_nothing);
 /// it in `/metrics`; once the program stops, the rules are back within a second.
 fn a_program_fighting_us_meets_rate_limited_repairs(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
     let applied = ours(&guard);
     let mark = daemon.mark();
@@ -279,96 +284,19 @@ fn a_program_fighting_us_meets_rate_limited_repairs(backend: Backend) {
 }
 backend_tests!(a_program_fighting_us_meets_rate_limited_repairs);
 
-/// The daemon's children now (`/proc/<pid>/task/*/children`).
-fn children(pid: u32) -> usize {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .map(|children| children.split_whitespace().count())
-        .sum()
-}
-
-/// The daemon's resident memory in KiB (`VmRSS`).
-fn resident_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// One `GET path` on the metrics address, from a thread already in the node's namespace;
-/// the status and how long it took.
-fn get(path: &str) -> Result<(u16, Duration), String> {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect_timeout(&metrics_addr(), Duration::from_secs(10))
-        .map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {METRICS_ADDR}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
-    let mut answer = Vec::new();
-    stream
-        .read_to_end(&mut answer)
-        .map_err(|e| format!("read: {e}"))?;
-    let status = String::from_utf8_lossy(&answer)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| "no status line".to_owned())?;
-    Ok((status, started.elapsed()))
-}
-
 /// 200 concurrent scrapes are all answered within 10 s, with at most 4 programs of the
 /// daemon's running at any moment (one reading of the counters for all) and its resident
 /// memory at most twice what it was before; a policy change made during the storm reaches the
 /// kernel within a second.
 fn a_scrape_storm_changes_nothing(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    let file = guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
+    let file = guard.policies_dir().join("policies.yaml");
     let daemon = Daemon::start(&guard);
     let pid = daemon.pid();
     scrape(&lab);
     let idle = resident_kib(pid);
-    let watching = std::sync::atomic::AtomicBool::new(true);
-    let (most_children, answered, changed_after) = std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| {
-            let mut most = 0;
-            while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(children(pid));
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            most
-        });
-        let storm = scope.spawn(|| {
-            lab.node().run(|| {
-                let started = Instant::now();
-                let answers: Vec<Result<(u16, Duration), String>> = std::thread::scope(|inner| {
-                    let handles: Vec<_> =
-                        (0..200).map(|_| inner.spawn(|| get("/metrics"))).collect();
-                    handles
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
-                        .collect()
-                });
-                (answers, started.elapsed())
-            })
-        });
+    let (storm, changed_after) = scrape_storm(lab.node(), metrics_addr(), 200, pid, || {
         // A policy change in the middle of the storm.
         std::thread::sleep(Duration::from_millis(50));
         let before = ours(&guard);
@@ -377,16 +305,10 @@ fn a_scrape_storm_changes_nothing(backend: Backend) {
         wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
             ours(&guard) != before
         });
-        let changed_after = written.elapsed();
-        let answered = storm.join().expect("the storm");
-        watching.store(false, std::sync::atomic::Ordering::Relaxed);
-        (
-            watcher.join().expect("the watcher"),
-            answered,
-            changed_after,
-        )
+        written.elapsed()
     });
-    let (answers, took) = answered;
+    let most_children = storm.most_children;
+    let (answers, took) = (storm.answers, storm.took);
     let failed: Vec<_> = answers
         .iter()
         .filter(|answer| !matches!(answer, Ok((200, _))))
@@ -426,11 +348,7 @@ fn a_scrape_storm_changes_nothing_nft() {
 /// 500 ms while they are open, and they are closed (they do not pile up in the daemon).
 fn idle_connections_do_not_delay_healthz(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
     http_get_ok(lab.node(), metrics_addr(), "/healthz");
     raise_open_files_limit();
@@ -443,7 +361,7 @@ fn idle_connections_do_not_delay_healthz(backend: Backend) {
                 idle.push(stream);
             }
         }
-        let health: Vec<_> = (0..5).map(|_| get("/healthz")).collect();
+        let health: Vec<_> = (0..5).map(|_| get(metrics_addr(), "/healthz")).collect();
         (idle.len(), health)
     });
     let open_files = std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
@@ -486,11 +404,7 @@ fn raise_open_files_limit() {
 /// refused; `/healthz` stays up meanwhile.
 fn oversized_and_slow_requests_are_dropped(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
     let _daemon = Daemon::start(&guard);
     http_get_ok(lab.node(), metrics_addr(), "/healthz");
     lab.node().run(|| {
@@ -528,10 +442,13 @@ fn oversized_and_slow_requests_are_dropped(backend: Backend) {
             took >= Duration::from_secs(4) && took <= Duration::from_secs(7),
             "a slow request was dropped after {took:?}: {answer:?}"
         );
-        assert!(matches!(get("/healthz"), Ok((200, _))));
+        assert!(matches!(get(metrics_addr(), "/healthz"), Ok((200, _))));
     });
     assert!(wait_until(Duration::from_secs(2), POLL, || {
-        matches!(lab.node().run(|| get("/healthz")), Ok((200, _)))
+        matches!(
+            lab.node().run(|| get(metrics_addr(), "/healthz")),
+            Ok((200, _))
+        )
     }));
 }
 /// The endpoint does not depend on the backend: iptables-nft.
@@ -548,11 +465,7 @@ fn oversized_and_slow_requests_are_dropped_nft() {
 fn metrics_pass_promtool_nft() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Nft);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
-    );
-    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let guard = serving_guard(&lab);
     let _daemon = Daemon::start(&guard);
     let text = http_get_ok(lab.node(), metrics_addr(), "/metrics");
     assert!(

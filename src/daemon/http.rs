@@ -1,5 +1,5 @@
-//! `/metrics` and `/healthz` over HTTP/1.1 (hyper), on a thread and event loop of their own so
-//! that no scrape can delay a reload, and within limits that no client can turn against the
+//! `/metrics` and `/healthz` over HTTP/1.1 (hyper), on a thread and event loop of their own at
+//! a lower priority (nice 10) so that no scrape can delay a reload, and within limits that no client can turn against the
 //! node:
 //!
 //! - The kernel's counters are read in one place, at most once per [`FRESH_FOR`], however many
@@ -82,6 +82,9 @@ where
     std::thread::Builder::new()
         .name("metrics-http".into())
         .spawn(move || {
+            // Scrapes yield the CPU to reloads (the counters' readings, on threads and in
+            // programs this thread starts, inherit it).
+            crate::system::runtime::lower_this_threads_priority(10);
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
                     Ok(listener) => serve(listener, server).await,
