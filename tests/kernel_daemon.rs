@@ -1011,7 +1011,7 @@ backend_tests!(drift_is_repaired_within_the_resync_interval, iptables_only);
 
 /// SIGHUP re-checks the kernel even when it cannot use the files: with the policy files invalid
 /// (and then the directory emptied) and no resync due for an hour, a flushed policy chain is
-/// back right after SIGHUP, and the whitelist holds again.
+/// back right after SIGHUP (or sooner, by the drift watch), and the whitelist holds again.
 fn sighup_repairs_drift_while_the_files_cannot_be_used(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = daemon_guard(&lab, "1h", "");
@@ -1026,8 +1026,9 @@ fn sighup_repairs_drift_while_the_files_cannot_be_used(backend: Backend) {
         .next()
         .expect("a policy chain");
     let repaired_by_sighup = |what: &str| {
+        // The drift watch may put it back before the signal arrives (it also uses the last
+        // good rules); either way it is back right after SIGHUP.
         iptables(&lab, Family::V4, &format!("-t mangle -F {chain}"));
-        assert_ne!(our_rules_and_members(&guard), applied, "{what}: the drift");
         let mark = daemon.mark();
         daemon.signal(Signal::SIGHUP);
         let repaired = wait_until(RELOAD_WITHIN, POLL, || {
