@@ -37,18 +37,6 @@ fn whitelist(allowed: &[Ipv4Addr]) -> String {
         .yaml()
 }
 
-/// Our rules (both families) and set members: what must come back after drift.
-fn ours(guard: &Guard<'_>) -> String {
-    let ours = guard.snapshot().ours().canonical();
-    let members: String = ours
-        .sets
-        .lines()
-        .filter(|line| line.starts_with("add "))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    format!("{}{}{}{members}", ours.v4, ours.v6, ours.nft)
-}
-
 /// A guard with the default resync interval, `/metrics` on [`METRICS_ADDR`], and the
 /// whitelist of [`SRC_A`].
 fn serving_guard(lab: &Lab) -> Guard<'_> {
@@ -119,7 +107,7 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
     let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
     assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
-    let applied = ours(&guard);
+    let applied = guard.our_rules_and_members();
     let trigger = if backend == Backend::Legacy {
         "poll"
     } else {
@@ -143,7 +131,11 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
             daemon.log_since(mark)
         );
         assert!(line.contains(trigger), "{line}");
-        assert_eq!(ours(&guard), applied, "{backend} round {round}");
+        assert_eq!(
+            guard.our_rules_and_members(),
+            applied,
+            "{backend} round {round}"
+        );
         assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the repair");
     }
     let samples = scrape(&lab);
@@ -210,7 +202,7 @@ fn a_neighbour_committing_often_costs_nothing(backend: Backend) {
         }
         Backend::Legacy | Backend::Nft => iptables(&lab, Family::V4, "-t mangle -N KUBE-NEIGHBOUR"),
     }
-    let applied = ours(&guard);
+    let applied = guard.our_rules_and_members();
     let mark = daemon.mark();
     let cpu = daemon.cpu_time();
     let started = Instant::now();
@@ -225,7 +217,11 @@ fn a_neighbour_committing_often_costs_nothing(backend: Backend) {
         "{backend}: 200 neighbour commits in {:?}; the daemon used {used:?} of CPU",
         started.elapsed()
     );
-    assert_eq!(ours(&guard), applied, "{backend}: our rules changed");
+    assert_eq!(
+        guard.our_rules_and_members(),
+        applied,
+        "{backend}: our rules changed"
+    );
     let log = daemon.log_since(mark);
     assert!(
         !log.contains("applied") && !log.contains("drift repaired"),
@@ -245,7 +241,7 @@ fn a_program_fighting_us_meets_rate_limited_repairs(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
-    let applied = ours(&guard);
+    let applied = guard.our_rules_and_members();
     let mark = daemon.mark();
     let started = Instant::now();
     let mut deleted = 0;
@@ -255,7 +251,7 @@ fn a_program_fighting_us_meets_rate_limited_repairs(backend: Backend) {
     }
     let stopped = Instant::now();
     let repaired = wait_until(REPAIR_WITHIN * 3, Duration::from_millis(10), || {
-        ours(&guard) == applied
+        guard.our_rules_and_members() == applied
     });
     let log = daemon.log_since(mark);
     assert!(
@@ -299,11 +295,11 @@ fn a_scrape_storm_changes_nothing(backend: Backend) {
     let (storm, changed_after) = scrape_storm(lab.node(), metrics_addr(), 200, pid, || {
         // A policy change in the middle of the storm.
         std::thread::sleep(Duration::from_millis(50));
-        let before = ours(&guard);
+        let before = guard.our_rules_and_members();
         std::fs::write(&file, whitelist(&[SRC_B])).expect("write the policy");
         let written = Instant::now();
         wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
-            ours(&guard) != before
+            guard.our_rules_and_members() != before
         });
         written.elapsed()
     });

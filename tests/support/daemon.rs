@@ -357,20 +357,7 @@ pub struct HttpResponse {
 pub fn http_get(ns: &Netns, addr: SocketAddr, path: &str) -> Result<HttpResponse, String> {
     let path = path.to_string();
     ns.run(move || {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| e.to_string())?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .map_err(|e| format!("write: {e}"))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .map_err(|e| format!("read: {e}"))?;
+        let raw = get_raw(addr, path.as_str(), Duration::from_secs(2))?;
         let text = String::from_utf8(raw).map_err(|e| format!("not UTF-8: {e}"))?;
         let (head, body) = text
             .split_once("\r\n\r\n")
@@ -569,12 +556,10 @@ pub fn resident_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// One `GET path` on `addr` from a thread already in the right network namespace;
-/// the status and how long it took.
-pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .map_err(|e| format!("connect: {e}"))?;
+/// `GET path` on `addr` from this thread (in its network namespace): the answer's bytes.
+fn get_raw(addr: SocketAddr, path: &str, connect_timeout: Duration) -> Result<Vec<u8>, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, connect_timeout)
+        .map_err(|e| format!("connect {addr}: {e}"))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
@@ -583,10 +568,18 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| format!("write: {e}"))?;
-    let mut answer = Vec::new();
+    let mut raw = Vec::new();
     stream
-        .read_to_end(&mut answer)
+        .read_to_end(&mut raw)
         .map_err(|e| format!("read: {e}"))?;
+    Ok(raw)
+}
+
+/// One `GET path` on `addr` from a thread already in the right network namespace;
+/// the status and how long it took.
+pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
+    let started = Instant::now();
+    let answer = get_raw(addr, path, Duration::from_secs(10))?;
     let status = String::from_utf8_lossy(&answer)
         .split_whitespace()
         .nth(1)
