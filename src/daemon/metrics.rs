@@ -282,7 +282,8 @@ pub fn render_openmetrics(metrics: &Metrics, rules: &[RuleCounter]) -> String {
 }
 
 /// The exposition as Prometheus text format 0.0.4.
-pub fn render(metrics: &Metrics, rules: &[RuleCounter]) -> String {
+#[cfg(test)]
+fn render(metrics: &Metrics, rules: &[RuleCounter]) -> String {
     to_prometheus_text(&render_openmetrics(metrics, rules))
 }
 
