@@ -5,8 +5,8 @@
 //!    why, loudly.
 //! 2. Never leave a gap: every change is one reconcile (atomic per table), and a failed apply
 //!    puts the previous rules back.
-//! 3. Pick up every change to the files within a second (debounced), and put back within
-//!    `resyncInterval` what another program removed.
+//! 3. Pick up every change to the files within a second (debounced), and put back within a
+//!    second what another program removed ([`drift`]); `resyncInterval` is the full check.
 //! 4. Cost nothing at rest: the loop sleeps until an event, a signal or the resync timer.
 //!
 //! The reconciler is level-triggered: whatever woke the loop, it re-reads the files and the
@@ -14,9 +14,11 @@
 //! addresses the same does not even read the kernel.
 
 mod debounce;
+pub mod drift;
 pub mod drops;
 pub mod expiry;
 mod exposed;
+pub mod http;
 pub mod metrics;
 pub mod netlink;
 mod reload;
@@ -50,6 +52,8 @@ pub enum Event {
     AddressesChanged,
     /// A policy, staged policy or network set has expired (`nodeport-guard.io/expires`).
     Expired,
+    /// Another program may have changed what we own (see [`drift`]): repair it.
+    Drift(drift::Trigger),
 }
 
 impl Event {
@@ -58,7 +62,11 @@ impl Event {
     fn reads_whole_kernel(self) -> bool {
         match self {
             Event::Resync | Event::Reload => true,
-            Event::PoliciesChanged | Event::AddressesChanged | Event::Expired => false,
+            // The kernel's sign moved: the cached view is read again anyway, and kept when only
+            // our own write moved it.
+            Event::PoliciesChanged | Event::AddressesChanged | Event::Drift(_) | Event::Expired => {
+                false
+            }
         }
     }
 
@@ -67,7 +75,11 @@ impl Event {
     fn repairs_with_last_good(self) -> bool {
         match self {
             // An expiry is enforced on the last good rules too while the files are unusable.
-            Event::Resync | Event::Reload | Event::AddressesChanged | Event::Expired => true,
+            Event::Resync
+            | Event::Reload
+            | Event::AddressesChanged
+            | Event::Drift(_)
+            | Event::Expired => true,
             Event::PoliciesChanged => false,
         }
     }
@@ -78,17 +90,23 @@ impl Event {
         match self {
             // The files' fingerprint counts what has expired: unchanged, nothing expired since.
             Event::PoliciesChanged | Event::AddressesChanged | Event::Expired => true,
-            Event::Resync | Event::Reload => false,
+            Event::Resync | Event::Reload | Event::Drift(_) => false,
         }
     }
 
     /// Whether a change the event finds to make, after a good apply, is drift: another
     /// program changed our rules.
     fn finds_drift(self) -> bool {
+        self.drift_trigger().is_some()
+    }
+
+    /// What noticed the drift such a change repairs (the `trigger` label).
+    fn drift_trigger(self) -> Option<drift::Trigger> {
         match self {
-            Event::Resync => true,
+            Event::Drift(trigger) => Some(trigger),
+            Event::Resync => Some(drift::Trigger::Resync),
             Event::PoliciesChanged | Event::Reload | Event::AddressesChanged | Event::Expired => {
-                false
+                None
             }
         }
     }
@@ -118,6 +136,7 @@ async fn run_loop(
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
+    let mut drift_watch = drift::Watch::start(backend, sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -125,12 +144,13 @@ async fn run_loop(
         let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
         let counter_settings = settings.clone();
         let counter_runner = runner.clone();
-        tokio::spawn(metrics::serve(
-            listener,
+        http::start(
+            listener.into_std()?,
             metrics.clone(),
             move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
             stale_after,
-        ));
+        )
+        .context("cannot start serving /metrics")?;
         tracing::info!(%address, "serving /metrics and /healthz");
     }
     let mut hangup = signal(SignalKind::hangup())?;
@@ -145,9 +165,13 @@ async fn run_loop(
         policies = %daemon.settings.config.policies_dir.display(),
         resync = %humantime::format_duration(daemon.settings.config.resync_interval),
         address_notifications = netlink,
+        drift_watch = drift_watch.mode,
         "nodeport-guard daemon starting"
     );
     daemon.handle(Event::Resync);
+    if let Some(applied) = daemon.applied_state() {
+        drift_watch.follow(applied, &daemon.metrics);
+    }
     crate::system::runtime::release_free_memory();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
@@ -164,11 +188,13 @@ async fn run_loop(
     let mut pending_addresses: Option<tokio::time::Instant> = None;
     // Files change in bursts too (an editor's temp file and rename, a ConfigMap's swap).
     let mut file_events = debounce::Debounce::new(daemon.settings.config.debounce);
+    let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
 
     loop {
         let address_deadline = pending_addresses;
         let policies_deadline = file_events.due();
         let expiry_wait = daemon.expiry.wait();
+        let drift_deadline = drift_checks.due();
         tokio::select! {
             Some(event) = events.recv() => {
                 let now = tokio::time::Instant::now();
@@ -176,6 +202,7 @@ async fn run_loop(
                     Event::AddressesChanged => {
                         pending_addresses.get_or_insert(now + address_settle);
                     }
+                    Event::Drift(trigger) => drift_checks.noticed(now, trigger),
                     _ => file_events.event(now),
                 }
                 continue;
@@ -196,6 +223,16 @@ async fn run_loop(
                     daemon.handle(Event::Expired);
                 }
             }
+            () = sleep_until(drift_deadline) => {
+                match drift_checks.fire(tokio::time::Instant::now()) {
+                    Some(drift::Fire::Check(trigger)) => daemon.handle(Event::Drift(trigger)),
+                    Some(drift::Fire::Limited { first }) => {
+                        drift::limited(&daemon.metrics, first);
+                        continue;
+                    }
+                    None => continue,
+                }
+            }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
                 watcher.refresh();
@@ -211,6 +248,9 @@ async fn run_loop(
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+        }
+        if let Some(applied) = daemon.applied_state() {
+            drift_watch.follow(applied, &daemon.metrics);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::release_free_memory();
