@@ -407,7 +407,7 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
     }
     // Every other case drops denied TCP SYNs in mangle instead of raw: the same reference
     // judges both.
-    config.early_drop = index % 2 == 0;
+    config.early_drop = index.is_multiple_of(2);
 
     let mut scenario = Scenario {
         config,
