@@ -356,7 +356,7 @@ fn render_match(
             };
             let _ = write!(out, " ct state {states}");
         }
-        Match::TcpSyn => out.push_str(" tcp flags & (syn | ack) == syn"),
+        Match::TcpSyn => out.push_str(" tcp flags syn / syn,ack"),
         Match::InInterface(name) => {
             let _ = write!(out, " iifname \"{}\"", name.replace('+', "*"));
         }
