@@ -114,6 +114,8 @@ fn drift_is_reported_repaired_and_makes_saved_plans_stale() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Nftables);
     let guard = Guard::new(&lab);
+    // Only mangle judges here: with the early drop, raw would still drop the denied SYNs.
+    guard.write_config("earlyDrop: false\n");
     guard.write_policy("a.yaml", WHITELIST);
     guard.apply();
     let applied = guard.snapshot().canonical();

@@ -8,8 +8,10 @@ use super::{ChainEnd, End, Tracer, chain_step};
 use crate::compile::binding::Path;
 use crate::compile::names;
 
-/// Where the early drop decides.
-const AT: &str = "raw PREROUTING";
+/// Where the early drop decides, as a verdict says it. The reason stays as mangle's would be
+/// ("dropped by rule 1 of policy …"): `plan`'s cut-off list and `revoke` name a rule the same
+/// way whichever table carries it.
+pub(super) const AT: &str = "raw PREROUTING before connection tracking";
 
 impl Tracer<'_> {
     /// The early drop's stage, if this packet meets it: a TCP SYN, with `earlyDrop` on and
@@ -47,30 +49,19 @@ impl Tracer<'_> {
                 *chain = names::early_drop_chain(chain);
             }
         }
-        match end {
-            ChainEnd::Dropped => {
-                if let Some(verdict) = &mut self.decision
-                    && verdict.at.as_deref() == Some(AT)
-                {
-                    let rest = verdict.reason.strip_prefix("dropped").unwrap_or("");
-                    verdict.reason =
-                        format!("dropped in raw PREROUTING before connection tracking{rest}");
-                }
-            }
-            ChainEnd::Returned => {
-                self.judged_in_raw = true;
-                steps.push(chain_step(
-                    Step::new(
-                        "judged",
-                        0,
-                        format!(
-                            "not dropped: marked ({:#x}) so that mangle PREROUTING does not judge it again",
-                            self.marks.scratch1
-                        ),
+        if let ChainEnd::Returned = end {
+            self.judged_in_raw = true;
+            steps.push(chain_step(
+                Step::new(
+                    "judged",
+                    0,
+                    format!(
+                        "not dropped: marked ({:#x}) so that mangle PREROUTING does not judge it again",
+                        self.marks.scratch1
                     ),
-                    names::EARLY_DROP_CHAIN,
-                ));
-            }
+                ),
+                names::EARLY_DROP_CHAIN,
+            ));
         }
         Some(stage(steps))
     }

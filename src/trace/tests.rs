@@ -69,10 +69,13 @@ fn a_source_outside_the_whitelist_is_dropped_by_the_deny_rule_and_logged() {
     assert_eq!(traced.verdict.policy.as_deref(), Some("nodeport-whitelist"));
     assert_eq!(traced.verdict.rule, Some(1));
     // A TCP SYN: the early drop decides, before connection tracking.
-    assert_eq!(traced.verdict.at.as_deref(), Some("raw PREROUTING"));
+    assert_eq!(
+        traced.verdict.at.as_deref(),
+        Some("raw PREROUTING before connection tracking")
+    );
     assert_eq!(
         traced.verdict.reason,
-        "dropped in raw PREROUTING before connection tracking by rule 1 of policy nodeport-whitelist (tier default)"
+        "dropped by rule 1 of policy nodeport-whitelist (tier default)"
     );
     assert_eq!(traced.stages.len(), 1, "mangle never sees it");
     let logged = vec![Logged {
@@ -111,7 +114,7 @@ fn a_syn_the_early_drop_lets_on_is_not_judged_again_in_mangle() {
     );
     let traced = run(&logging, &tcp("203.0.113.5", 30008));
     assert_eq!(traced.verdict.outcome, Outcome::Allowed);
-    assert_eq!(traced.verdict.at.as_deref(), Some("raw PREROUTING"));
+    assert_eq!(traced.verdict.at.as_deref(), Some(early_drop::AT));
     assert_eq!(traced.logs.len(), 1, "{:?}", traced.logs);
     assert_eq!(traced.stages[0].table, "raw");
     assert!(traced.stages[0].steps.iter().any(|s| s.kind == "judged"));
