@@ -133,6 +133,9 @@ pub struct Config {
     pub debounce: Duration,
     /// Whether the daemon may go from some policies to none.
     pub allow_empty: bool,
+    /// Whether TCP SYNs that pre-DNAT policy denies are dropped in raw `PREROUTING`, before
+    /// connection tracking (same verdict and NFLOG prefix as in mangle).
+    pub early_drop: bool,
     /// Whether an apply or reload that takes reachability away also cuts the established
     /// connections it now denies (by deleting their conntrack entries).
     pub revoke_established: bool,
@@ -162,6 +165,7 @@ impl Default for Config {
             resync_interval: Duration::from_secs(90),
             debounce: Duration::from_millis(200),
             allow_empty: false,
+            early_drop: true,
             revoke_established: false,
             nflog_listener: false,
             metrics_address: None,
@@ -204,6 +208,9 @@ pub struct RawConfig {
     pub debounce: Option<Sp<String>>,
     /// Allow going from some policies to none.
     pub allow_empty: Option<Sp<bool>>,
+    /// Drop the TCP SYNs pre-DNAT policy denies in raw `PREROUTING`, before connection tracking
+    /// (default true; false keeps every drop in mangle).
+    pub early_drop: Option<Sp<bool>>,
     /// After a change that takes reachability away, cut the established connections it now
     /// denies (default false: only new connections are judged, as in Calico).
     pub revoke_established: Option<Sp<bool>>,
@@ -373,7 +380,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
 }
 
 /// Where policies come from and how they become kernel rules: `policiesDir`, `backend`,
-/// `markMask`, the NFLOG groups and `logActions`.
+/// `markMask`, the NFLOG groups, `logActions` and `earlyDrop`.
 fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     if let Some(dir) = &raw.policies_dir {
         if dir.value.is_empty() {
@@ -454,6 +461,9 @@ fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
                 ),
             }
         }
+    }
+    if let Some(early) = &raw.early_drop {
+        config.early_drop = early.value;
     }
 }
 
@@ -769,6 +779,7 @@ mod tests {
         assert_eq!(config.mark_mask, 0xffff_0000);
         assert_eq!(config.failsafe_inbound.len(), 9);
         assert_eq!(config.resync_interval, Duration::from_secs(90));
+        assert!(config.early_drop);
         assert!(config.host_interface_exclude.is_match("flannel.1"));
         assert!(!config.host_interface_exclude.is_match("eth0"));
     }
@@ -780,7 +791,8 @@ mod tests {
              logActions: [Allow, Deny]\nfailsafeInbound: [{protocol: tcp, port: 2222}]\n\
              failsafeOutbound: []\nnodeName: node-1\nhostLabels: {role: edge}\n\
              hostInterfaceExclude: '^docker'\nipv6: false\nresyncInterval: 1s\ndebounce: 100ms\n\
-             allowEmpty: true\nnflogGroupEgress: 6\nmetricsAddress: 127.0.0.1:9808\n",
+             allowEmpty: true\nnflogGroupEgress: 6\nmetricsAddress: 127.0.0.1:9808\n\
+             earlyDrop: false\n",
         );
         assert_eq!(errors, Vec::<String>::new());
         assert_eq!(config.policies_dir, PathBuf::from("/srv/p"));
@@ -806,6 +818,7 @@ mod tests {
         assert_eq!(config.resync_interval, Duration::from_secs(1));
         assert_eq!(config.debounce, Duration::from_millis(100));
         assert!(config.allow_empty);
+        assert!(!config.early_drop);
         assert_eq!(
             config.metrics_address,
             Some("127.0.0.1:9808".parse().unwrap())

@@ -331,6 +331,9 @@ pub enum Match {
     },
     /// Connection tracking state.
     Conntrack(CtState),
+    /// A TCP SYN: SYN set, ACK clear (`-m tcp --tcp-flags SYN,ACK SYN`); needs the TCP
+    /// protocol match before it. Never a reply: a reply's SYN carries ACK.
+    TcpSyn,
     /// Incoming interface (`-i`); a trailing `+` matches a prefix.
     InInterface(String),
     /// Outgoing interface (`-o`).

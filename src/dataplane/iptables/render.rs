@@ -139,6 +139,7 @@ pub fn render_match(out: &mut String, matched: &Match) {
             };
             let _ = write!(out, " -m conntrack --ctstate {states}");
         }
+        Match::TcpSyn => out.push_str(" -m tcp --tcp-flags SYN,ACK SYN"),
         Match::InInterface(name) => {
             let _ = write!(out, " -i {name}");
         }

@@ -200,6 +200,7 @@ fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<&'static str> 
             lookup: SetLookup::AddressPort,
             ..
         } => ported_protocol(number).is_some(),
+        Match::TcpSyn => number == 6,
         Match::Icmp {
             family: icmp_family,
             ..
@@ -355,6 +356,7 @@ fn render_match(
             };
             let _ = write!(out, " ct state {states}");
         }
+        Match::TcpSyn => out.push_str(" tcp flags syn / syn,ack"),
         Match::InInterface(name) => {
             let _ = write!(out, " iifname \"{}\"", name.replace('+', "*"));
         }
