@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::compile::rules::{MAX_NFLOG_PREFIX, nflog_prefix};
-use crate::config::Config;
+use crate::config::{Config, LogTarget};
 use crate::model::{self, DEFAULT_TIER, Direction, Model};
 
 /// What the name part of a staged policy's prefix starts with (`DPI0|staged:<name>`).
@@ -335,8 +335,13 @@ impl Resolver {
             for direction in [Direction::Ingress, Direction::Egress] {
                 let rules = policy.rules(direction).unwrap_or_default();
                 for (index, rule) in rules.iter().enumerate() {
-                    let always = rule.action == model::Action::Log
+                    // A Log rule writing to the kernel log emits no NFLOG prefix.
+                    let always = (rule.action == model::Action::Log
+                        && config.log_target == LogTarget::Nflog)
                         || (is_staged && rule.action == model::Action::Deny);
+                    if rule.action == model::Action::Log && !always {
+                        continue;
+                    }
                     if !always && !logs.contains(&rule.action) {
                         continue;
                     }
