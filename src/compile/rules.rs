@@ -180,7 +180,7 @@ pub fn compile_rule(
     context: &RuleContext<'_>,
     sets: &mut SetRegistry<'_>,
 ) -> Vec<Rule> {
-    if !rule.applies_to(context.family) || excludes_everything(rule, context.family) {
+    if !rule.applies_to(context.family) {
         return Vec::new();
     }
     let Some(protocols) = Protocols::of(rule) else {
@@ -541,17 +541,6 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             prefix: nflog_prefix(letter, self.context.direction, Some(self.index), &name),
         }
     }
-}
-
-/// Whether a `notNets` of the family holds its every address (`0.0.0.0/0`, `::/0`): the rule
-/// can never match, and Felix writes no kernel rule for it.
-fn excludes_everything(rule: &model::Rule, family: IpFamily) -> bool {
-    [&rule.source, &rule.destination].iter().any(|entity| {
-        entity
-            .not_nets
-            .iter()
-            .any(|net| IpFamily::of_net(net) == family && net.prefix_len() == 0)
-    })
 }
 
 /// `selector` and `notSelector` of one side, as address sets.
