@@ -664,6 +664,51 @@ spec:
     }
 
     #[test]
+    fn log_rules_writing_to_the_kernel_log_emit_no_prefix() {
+        let config = Config {
+            log_target: LogTarget::KernelLog {
+                prefix: "calico-packet: ".into(),
+                level: 5,
+            },
+            ..Config::default()
+        };
+        let resolver = Resolver::new(&model_of(POLICIES), &config);
+        assert!(matches!(
+            resolver.resolve("LPI1|allow-cluster"),
+            Verdict::Unknown { .. }
+        ));
+        assert!(matches!(
+            resolver.resolve("DPI2|allow-cluster"),
+            Verdict::Rule { .. }
+        ));
+    }
+
+    #[test]
+    fn a_prefix_of_sixty_three_characters_is_hashed_so_no_plain_one_looks_hashed() {
+        // nflogprefix_test.go: "Policy name makes raw prefix 63 bytes - will hash".
+        let name = "012345678901234567890123456789012345678901234567890123456";
+        let hashed = nflog_prefix('D', Direction::Ingress, Some(88), name);
+        assert_eq!(
+            hashed,
+            "DPI88|0123_S7GBfc7R7_4bzrXpbzglqoJrRG_UxIP0CuYjRWshz_7890123456"
+        );
+        assert!(is_hashed(&hashed));
+        // One character fewer is written as it is, and is no hashed prefix.
+        let plain = nflog_prefix('D', Direction::Ingress, Some(88), &name[1..]);
+        assert_eq!(plain.len(), 62);
+        assert_eq!(
+            decode(&plain),
+            Decoded::Rule {
+                action: LoggedAction::Deny,
+                direction: Direction::Ingress,
+                index: 88,
+                name: name[1..].to_owned(),
+                staged: false
+            }
+        );
+    }
+
+    #[test]
     fn staged_prefixes_resolve_to_their_policy_and_tier_even_when_hashed() {
         let long = "staged-whitelist-with-a-name-long-enough-to-be-hashed-in-the-prefix";
         let yaml = format!(
