@@ -19,6 +19,7 @@ pub mod dataplane;
 pub mod diagnostic;
 pub mod digest;
 pub mod drops;
+pub mod engine;
 pub mod facts;
 #[doc(hidden)]
 pub mod fixtures;
