@@ -440,6 +440,9 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             }
             return out;
         }
+        // The block before this one left scratch1 set if it matched; clear it, or this block
+        // would pass without matching. (Felix does not, and accepts what only some positive
+        // blocks match: docs/felix.md.)
         if earlier > 1 {
             out.push(self.tag(Rule::new(Vec::new(), clear_bits(marks.scratch1))));
         }
