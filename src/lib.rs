@@ -21,6 +21,7 @@ pub mod digest;
 pub mod drops;
 pub mod engine;
 pub mod facts;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fixtures;
 pub mod load;
