@@ -683,6 +683,16 @@ spec:
             "DPI88|0123_S7GBfc7R7_4bzrXpbzglqoJrRG_UxIP0CuYjRWshz_7890123456"
         );
         assert!(is_hashed(&hashed));
+        // A policy of that name logs it, and `drops` names the policy.
+        let mut rules = String::new();
+        for _ in 0..88 {
+            rules.push_str("  - {action: Allow, protocol: TCP, destination: {ports: [1]}}\n");
+        }
+        let yaml = format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: {name}}}\nspec:\n  selector: all()\n  ingress:\n{rules}  - {{action: Deny}}\n"
+        );
+        let resolver = Resolver::new(&model_of(&yaml), &Config::default());
+        assert_eq!(resolver.resolve(&hashed).policy(), Some(name));
         // One character fewer is written as it is, and is no hashed prefix.
         let plain = nflog_prefix('D', Direction::Ingress, Some(88), &name[1..]);
         assert_eq!(plain.len(), 62);
