@@ -733,6 +733,19 @@ fn difference(case: &str, ours: &[String], felix: &[String], roles: (Roles, Role
     )
 }
 
+/// Adds to `differences` the case (named by `case`) where ours and Felix's differ.
+fn compare(
+    differences: &mut Vec<String>,
+    case: impl FnOnce() -> String,
+    ours: &[String],
+    felix: &[String],
+    roles: (Roles, Roles),
+) {
+    if !same(ours, felix, roles.0, roles.1) {
+        differences.push(difference(&case(), ours, felix, roles));
+    }
+}
+
 /// Ours and Felix's, normalised, are the same.
 fn same(ours: &[String], felix: &[String], ours_roles: Roles, felix_roles: Roles) -> bool {
     normalise(ours, ours_roles) == normalise(felix, felix_roles)
@@ -755,18 +768,19 @@ fn rule_test_data_renders_as_felix_in_every_table() {
                 cases += 1;
                 let ours = variant.ours(&fields, family(entry.1), logging);
                 let felix = variant.felix(&matched, logging);
-                if !same(&ours, &felix, roles, FELIX_POLICY_MARKS) {
-                    let case = format!(
+                let case = || {
+                    format!(
                         "{:?} (IPv{}) as {variant:?}, logging {logging}",
                         entry.0, entry.1
-                    );
-                    differences.push(difference(
-                        &case,
-                        &ours,
-                        &felix,
-                        (roles, FELIX_POLICY_MARKS),
-                    ));
-                }
+                    )
+                };
+                compare(
+                    &mut differences,
+                    case,
+                    &ours,
+                    &felix,
+                    (roles, FELIX_POLICY_MARKS),
+                );
             }
         }
     }
@@ -966,24 +980,17 @@ fn split_fields([src, not_src, dst, not_dst]: [usize; 4]) -> String {
 
 #[test]
 fn cidr_split_tests_render_as_felix() {
-    let roles = our_roles();
-    let mut differences = Vec::new();
-    for &(upstream, counts, rules) in CIDR_SPLIT {
-        for logging in [false, true] {
-            let ours = Variant::Allow.ours(&split_fields(counts), IpFamily::V4, logging);
-            let felix = with_allow_tail(rules, logging);
-            if !same(&ours, &felix, roles, FELIX_POLICY_MARKS) {
-                let case = format!("CIDR split {upstream:?}, logging {logging}");
-                differences.push(difference(
-                    &case,
-                    &ours,
-                    &felix,
-                    (roles, FELIX_POLICY_MARKS),
-                ));
-            }
-        }
-    }
-    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    let cases: Vec<(String, String, Vec<&str>)> = CIDR_SPLIT
+        .iter()
+        .map(|&(upstream, counts, rules)| {
+            (
+                format!("CIDR split {upstream:?}"),
+                split_fields(counts),
+                rules.to_vec(),
+            )
+        })
+        .collect();
+    allow_entries_render_as_felix(&cases);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1195,7 +1202,8 @@ fn with_named_ports(fields: &str) -> String {
     format!("{}{NAMED_PORTS_ENDPOINT}", Variant::Allow.policy(fields))
 }
 
-fn named_port_chain(fields: &str, logging: bool) -> Vec<String> {
+/// Our chain for a one-Allow-rule policy, next to the named ports' host endpoint.
+fn allow_chain(fields: &str, logging: bool) -> Vec<String> {
     let ruleset = compiled(&with_named_ports(fields), &config(logging));
     spelled(&chain(
         &ruleset,
@@ -1205,29 +1213,35 @@ fn named_port_chain(fields: &str, logging: bool) -> Vec<String> {
     ))
 }
 
-#[test]
-fn named_port_tests_render_as_felix() {
+/// Each entry (case, the Allow rule's fields, Felix's rules before the RETURN) gives Felix's
+/// rules, with logging off and on.
+fn allow_entries_render_as_felix(entries: &[(String, String, Vec<&str>)]) {
     let roles = our_roles();
     let mut differences = Vec::new();
-    let mut entries = named_port_entries();
-    entries.extend(negated_named_port_entries());
-    assert_eq!(entries.len(), 17);
-    for (upstream, fields, rules) in &entries {
+    for (case, fields, rules) in entries {
         for logging in [false, true] {
-            let ours = named_port_chain(fields, logging);
-            let felix = with_allow_tail(rules, logging);
-            if !same(&ours, &felix, roles, FELIX_POLICY_MARKS) {
-                let case = format!("Named port {upstream:?}, logging {logging}");
-                differences.push(difference(
-                    &case,
-                    &ours,
-                    &felix,
-                    (roles, FELIX_POLICY_MARKS),
-                ));
-            }
+            compare(
+                &mut differences,
+                || format!("{case}, logging {logging}"),
+                &allow_chain(fields, logging),
+                &with_allow_tail(rules, logging),
+                (roles, FELIX_POLICY_MARKS),
+            );
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn named_port_tests_render_as_felix() {
+    let mut entries = named_port_entries();
+    entries.extend(negated_named_port_entries());
+    assert_eq!(entries.len(), 17);
+    let cases: Vec<(String, String, Vec<&str>)> = entries
+        .into_iter()
+        .map(|(upstream, fields, rules)| (format!("Named port {upstream:?}"), fields, rules))
+        .collect();
+    allow_entries_render_as_felix(&cases);
 }
 
 /// Felix's "positive and negatednumeric, named ports and CIDRs": four positive blocks, of which
@@ -1266,7 +1280,7 @@ fn positive_blocks_after_the_second_clear_scratch1_unlike_felix() {
                         notPorts: [201, ipset-4], notNets: [16.1.0.0/16, 17.0.0.0/8]}}"
     );
     let roles = our_roles();
-    let ours = named_port_chain(&fields, false);
+    let ours = allow_chain(&fields, false);
     let felix_rules = with_allow_tail(&felix, false);
     assert!(
         !same(&ours, &felix_rules, roles, FELIX_POLICY_MARKS),
@@ -1588,14 +1602,13 @@ fn host_endpoint_nflog_shapes_are_felixs() {
         let ruleset = compiled(&endpoint_policies(tier, pre_dnat), &config(logging));
         let ours = after_the_policies(&ruleset, table, name);
         let felix: Vec<String> = felix.iter().map(|rule| (*rule).to_owned()).collect();
-        if !same(&ours, &felix, roles, FELIX_ENDPOINT_MARKS) {
-            differences.push(difference(
-                upstream,
-                &ours,
-                &felix,
-                (roles, FELIX_ENDPOINT_MARKS),
-            ));
-        }
+        compare(
+            &mut differences,
+            || upstream.to_owned(),
+            &ours,
+            &felix,
+            (roles, FELIX_ENDPOINT_MARKS),
+        );
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
