@@ -92,7 +92,7 @@ pub fn digest() -> io::Result<u128> {
 
 /// The tables of `family` in the network namespace of this thread (`/proc/net` is that of the
 /// process's first thread).
-fn names_file(family: IpFamily) -> &'static str {
+pub(crate) fn names_file(family: IpFamily) -> &'static str {
     match family {
         IpFamily::V4 => "/proc/thread-self/net/ip_tables_names",
         IpFamily::V6 => "/proc/thread-self/net/ip6_tables_names",
