@@ -24,7 +24,7 @@ use std::net::IpAddr;
 
 use crate::compile::binding::{self, Binding, Path};
 use crate::compile::rules::nflog_prefix;
-use crate::config::{Config, Failsafe};
+use crate::config::{Config, Failsafe, LogTarget};
 use crate::facts::HostFacts;
 use crate::marks::MarkBits;
 use crate::model::{self, Direction, IpFamily, Model, Policy, TierAction};
@@ -649,13 +649,14 @@ impl Tracer<'_> {
             model::Action::Allow => (self.marks.accept, "accept", 'A', logs(model::Action::Allow)),
             model::Action::Pass => (self.marks.pass, "pass", 'P', logs(model::Action::Pass)),
             model::Action::Deny => (self.marks.drop, "drop", 'D', logs(model::Action::Deny)),
-            model::Action::Log => (0, "", 'L', true),
+            model::Action::Log => (0, "", 'L', self.config.log_target == LogTarget::Nflog),
         };
         let prefix = nflog_prefix(letter, direction, Some(index), &policy.name);
         let consequence = match rule.action {
             model::Action::Allow => "allowed: the endpoint chain returns",
             model::Action::Pass => "passed: the rest of this tier is skipped",
             model::Action::Deny => "dropped",
+            model::Action::Log if !logged => "logged to the kernel log; the next rule goes on",
             model::Action::Log => "logged; the next rule goes on",
         };
         let mut step = Step::new(

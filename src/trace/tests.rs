@@ -259,6 +259,22 @@ fn log_rules_log_and_go_on_and_log_actions_decide_what_else_logs() {
         prefixes,
         vec!["LPI0|nodeport-whitelist", "API1|nodeport-whitelist"]
     );
+    // With `logTarget: log`, the Log rule writes to the kernel log: no NFLOG prefix.
+    config.log_target = crate::config::LogTarget::KernelLog {
+        prefix: "calico-packet: ".into(),
+        level: 5,
+    };
+    let traced = run_with(&yaml, &config, &tcp("203.0.113.5", 30008));
+    let prefixes: Vec<&str> = traced.logs.iter().map(|l| l.prefix.as_str()).collect();
+    assert_eq!(prefixes, vec!["API1|nodeport-whitelist"]);
+    assert!(
+        traced
+            .stages
+            .iter()
+            .flat_map(|stage| &stage.steps)
+            .any(|step| step.text.contains("logged to the kernel log")),
+        "{traced:#?}"
+    );
 }
 
 const EXPLICIT_ENDPOINT: &str = r"

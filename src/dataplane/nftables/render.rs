@@ -27,7 +27,7 @@ use crate::ruleset::{
     Action, Chain, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side,
     Table,
 };
-use crate::ruleset::{NFLOG_SIZE, sanitize_comment};
+use crate::ruleset::{DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 /// The name of our table in every family.
@@ -406,6 +406,12 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
                 NFLOG_SIZE
             );
         }
+        Action::Log { prefix, level } => {
+            let _ = write!(out, " log prefix \"{}\"", sanitize_comment(prefix));
+            if *level != DEFAULT_KERNEL_LOG_LEVEL {
+                let _ = write!(out, " level {}", syslog_level_name(*level));
+            }
+        }
         Action::NoTrack => out.push_str(" notrack"),
     }
 }
@@ -662,4 +668,18 @@ fn render_set(out: &mut String, set: &IpSet) {
     let _ = writeln!(out, "{}", set_declaration(&set.name, &kind, set.family));
     let members: Vec<String> = set.members.iter().map(member_text).collect();
     out.push_str(&element_commands("add", set.family, &set.name, &members));
+}
+
+/// nft's name of a syslog level (it takes no numbers).
+fn syslog_level_name(level: u8) -> &'static str {
+    match level {
+        0 => "emerg",
+        1 => "alert",
+        2 => "crit",
+        3 => "err",
+        4 => "warn",
+        5 => "notice",
+        6 => "info",
+        _ => "debug",
+    }
 }
