@@ -1138,6 +1138,10 @@ fn emptied_directory_with_allow_empty_removes_the_rules(backend: Backend) {
         &[],
         "after deleting every file",
     );
+    // The sets go last, after every table's rules: the port opens a moment before.
+    support::wait_until(support::SETTLE_TIMEOUT, support::POLL, || {
+        guard.snapshot().has_nothing_of_ours()
+    });
     let snapshot = guard.snapshot();
     assert!(
         snapshot.has_nothing_of_ours(),
