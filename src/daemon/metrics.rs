@@ -51,6 +51,16 @@ pub struct Metrics {
     pub drops_skipped: u64,
     /// Whether the daemon listens on the NFLOG groups.
     pub drops_listening: bool,
+    /// Denied packets per source address, bounded.
+    pub dropped_sources: crate::drops::SourceCounts,
+    /// Whether the last reconcile (or repair with the last good rules) left the kernel holding
+    /// the rules the daemon means to apply; false after a failed write, until one succeeds.
+    pub in_sync: bool,
+    /// Seconds since the epoch of the last time the daemon read the kernel and found, or left,
+    /// its rules in place.
+    pub last_sync_timestamp: u64,
+    /// The configured `resyncInterval`, so that alerts can say "longer than a resync".
+    pub resync_interval_seconds: f64,
 }
 
 /// Metrics shared between the loop and the server.
@@ -183,8 +193,52 @@ pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
             .map(|c| (labels(c), c.bytes.to_string()))
             .collect::<Vec<_>>(),
     );
+    sync_metrics(metrics, &mut metric);
     drop_metrics(metrics, &mut metric);
     out
+}
+
+/// `nodeport_guard_in_sync` and the timestamps and interval that say for how long.
+fn sync_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(String, String)])) {
+    metric(
+        "nodeport_guard_in_sync",
+        "gauge",
+        "1 when the kernel holds the rules the daemon means to apply (its last write or repair succeeded); 0 after a failed write, until one succeeds.",
+        &[(String::new(), u8::from(metrics.in_sync).to_string())],
+    );
+    metric(
+        "nodeport_guard_last_sync_timestamp_seconds",
+        "gauge",
+        "When the daemon last read the kernel and found, or left, its rules in place (every resync does).",
+        &[(String::new(), metrics.last_sync_timestamp.to_string())],
+    );
+    metric(
+        "nodeport_guard_resync_interval_seconds",
+        "gauge",
+        "The configured resyncInterval: how often the daemon re-reads the kernel in full.",
+        &[(
+            String::new(),
+            format!("{}", metrics.resync_interval_seconds),
+        )],
+    );
+}
+
+/// `nodeport_guard_healthy`: what `/healthz` answers, as a sample Prometheus can alert on
+/// without probing `/healthz` itself.
+pub fn render_health(healthy: bool) -> String {
+    format!(
+        "# HELP nodeport_guard_healthy 1 when the reconcile loop ran recently enough for /healthz to answer 200.\n\
+         # TYPE nodeport_guard_healthy gauge\nnodeport_guard_healthy {}\n",
+        u8::from(healthy)
+    )
+}
+
+impl Metrics {
+    /// Whether the loop went round within `stale_after`: what `/healthz` answers.
+    pub fn healthy(&self, stale_after: Duration) -> bool {
+        self.heartbeat
+            .is_some_and(|beat| beat.elapsed() < stale_after)
+    }
 }
 
 /// `nodeport_guard_dropped_packets_total` and friends.
@@ -206,6 +260,17 @@ fn drop_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(
                     count.to_string(),
                 )
             })
+            .collect::<Vec<_>>(),
+    );
+    let mut sources: Vec<_> = metrics.dropped_sources.counts.iter().collect();
+    sources.sort();
+    metric(
+        "nodeport_guard_dropped_source_packets_total",
+        "counter",
+        "Packets dropped and logged to NFLOG, by source address (at most 256 sources; further ones count under source=\"other\").",
+        &sources
+            .iter()
+            .map(|(source, count)| (format!("{{source=\"{source}\"}}"), count.to_string()))
             .collect::<Vec<_>>(),
     );
     metric(
@@ -258,17 +323,15 @@ where
                         .await
                         .unwrap_or_default();
                     let text = match metrics.lock() {
-                        Ok(metrics) => render(&metrics, &rules),
+                        Ok(metrics) => {
+                            render(&metrics, &rules) + &render_health(metrics.healthy(stale_after))
+                        }
                         Err(_) => String::new(),
                     };
                     ("200 OK", text)
                 }
                 "/healthz" => {
-                    let healthy = metrics
-                        .lock()
-                        .ok()
-                        .and_then(|m| m.heartbeat)
-                        .is_some_and(|beat| beat.elapsed() < stale_after);
+                    let healthy = metrics.lock().is_ok_and(|m| m.healthy(stale_after));
                     if healthy {
                         ("200 OK", "ok\n".to_owned())
                     } else {
@@ -350,5 +413,36 @@ mod tests {
         ), "{text}");
         assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 7\n"));
         assert!(text.contains("nodeport_guard_drops_listening 1\n"));
+    }
+
+    #[test]
+    fn renders_sync_state_sources_and_health() {
+        let mut metrics = Metrics {
+            in_sync: true,
+            last_sync_timestamp: 1_700_000_000,
+            resync_interval_seconds: 90.0,
+            ..Metrics::default()
+        };
+        metrics
+            .dropped_sources
+            .count_n("203.0.113.7".parse().expect("ip"), 4);
+        let text = render(&metrics, &[]);
+        for line in [
+            "nodeport_guard_in_sync 1\n",
+            "nodeport_guard_last_sync_timestamp_seconds 1700000000\n",
+            "nodeport_guard_resync_interval_seconds 90\n",
+            "nodeport_guard_dropped_source_packets_total{source=\"203.0.113.7\"} 4\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+        assert!(
+            !metrics.healthy(Duration::from_secs(60)),
+            "never went round"
+        );
+        metrics.heartbeat = Some(Instant::now());
+        assert!(metrics.healthy(Duration::from_secs(60)));
+        let health = render_health(true);
+        assert!(health.contains("# TYPE nodeport_guard_healthy gauge\n"));
+        assert!(health.ends_with("\nnodeport_guard_healthy 1\n"), "{health}");
     }
 }

@@ -117,7 +117,10 @@ async fn run_loop(
     state_dir: StateDir,
 ) -> Result<ExitCode> {
     let backend = settings.backend.resolve(runner.as_ref());
-    let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
+    let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics {
+        resync_interval_seconds: settings.config.resync_interval.as_secs_f64(),
+        ..metrics::Metrics::default()
+    }));
     let (sender, mut events) = mpsc::unbounded_channel();
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;
@@ -485,6 +488,7 @@ impl Daemon {
             Err(error) => {
                 if let Ok(mut metrics) = self.metrics.lock() {
                     metrics.reloads_failed += 1;
+                    metrics.in_sync = false;
                 }
                 tracing::error!(%error, ?event, "applying the policies failed");
                 self.summary = format!("apply failed: {error}");
@@ -524,6 +528,8 @@ impl Daemon {
                 .map(|rules| rules.len())
                 .sum();
             metrics.set_members = desired.sets.values().map(|s| s.members.len()).sum();
+            metrics.in_sync = true;
+            metrics.last_sync_timestamp = now_seconds();
         }
     }
 
@@ -623,6 +629,12 @@ impl Daemon {
         let result = reconcile::reconcile(&dataplane, &desired);
         // Whatever it wrote, the next reload reads the whole kernel again.
         self.cache = None;
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.in_sync = result.is_ok();
+            if result.is_ok() {
+                metrics.last_sync_timestamp = now_seconds();
+            }
+        }
         match result {
             Ok(outcome) if !outcome.plan.is_empty() => {
                 if let Ok(mut metrics) = self.metrics.lock() {
