@@ -1086,6 +1086,9 @@ fn debian_package_holds_binary_units_config_docs_and_dependencies() {
         "/usr/share/doc/nodeport-guard/copyright",
         "/usr/share/doc/nodeport-guard/schemas/nodeport-guard.schema.json",
         "/usr/share/doc/nodeport-guard/confd/conf.d/nodeport-guard.toml",
+        "/usr/share/doc/nodeport-guard/monitoring/nodeport-guard.rules.yml",
+        "/usr/share/doc/nodeport-guard/monitoring/prometheusrule.yaml",
+        "/usr/share/doc/nodeport-guard/monitoring/nodeport-guard.dashboard.json",
     ] {
         assert!(has(path), "the package lacks {path}: {members:?}");
     }
