@@ -16,16 +16,16 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
-use support::daemon::{Daemon, daemon_config, http_get_ok};
+use support::daemon::{Daemon, counting_guard, http_get_ok};
 use support::fixtures::Whitelist;
-use support::{Backend, Guard, Lab, POLL, addr, ports, sa, wait_until};
+use support::{Backend, Lab, POLL, addr, ports, sa, wait_until};
 
 const RULES: &str = "packaging/monitoring/nodeport-guard.rules.yml";
 const RULES_TESTS: &str = "packaging/monitoring/nodeport-guard.rules.test.yml";
@@ -66,13 +66,10 @@ fn everything_required() -> bool {
     std::env::var("NPG_REQUIRE_KERNEL_TESTS").is_ok_and(|value| value == "1")
 }
 
-/// `promtool`, or a printed skip (a failure when every test must run).
-fn promtool() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|dir| dir.join("promtool"))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
+/// Whether `promtool` is there; else a printed skip (a failure when every test must run).
+fn have_promtool() -> bool {
+    let found = support::cmd::find_program("promtool").is_some();
+    if !found {
         assert!(
             !everything_required(),
             "NPG_REQUIRE_KERNEL_TESTS=1 is set, but `promtool` is not installed (Debian package `prometheus`)"
@@ -96,24 +93,6 @@ fn yaml(path: &str) -> Value {
 fn dashboard() -> Value {
     serde_json::from_str(&read(DASHBOARD))
         .unwrap_or_else(|error| panic!("`{DASHBOARD}` is not valid JSON: {error}"))
-}
-
-/// Runs a command; fails the test if it cannot start.
-fn run(command: &mut Command) -> Output {
-    command
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"))
-}
-
-#[track_caller]
-fn assert_success(what: &str, output: &Output) {
-    assert!(
-        output.status.success(),
-        "`{what}` exited with {}\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// The `PrometheusRule` text the rules file makes: the header, then its `groups:` on, under
@@ -341,19 +320,20 @@ fn every_alert_is_written_as_the_mixins_write_theirs() {
 
 #[test]
 fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
-    let Some(promtool) = promtool() else { return };
-    let output = run(Command::new(&promtool).args(["check", "rules", RULES]));
-    assert_success(&format!("promtool check rules {RULES}"), &output);
+    if !have_promtool() {
+        return;
+    }
+    support::cmd::run_ok("promtool", &["check", "rules", RULES]);
     // What the operator loads: the PrometheusRule's spec is a rules file.
     let dir = tempfile::tempdir().expect("temporary directory");
     let spec = dir.path().join("prometheusrule-spec.json");
     std::fs::write(&spec, yaml(PROMETHEUS_RULE)["spec"].to_string()).expect("write");
-    let output = run(Command::new(&promtool).arg("check").arg("rules").arg(&spec));
-    assert_success("promtool check rules <the PrometheusRule's spec>", &output);
-
-    let output = run(Command::new(&promtool).args(["test", "rules", RULES_TESTS]));
-    assert_success(&format!("promtool test rules {RULES_TESTS}"), &output);
-    assert!(String::from_utf8_lossy(&output.stdout).contains("SUCCESS"));
+    support::cmd::run_ok(
+        "promtool",
+        &[OsStr::new("check"), OsStr::new("rules"), spec.as_os_str()],
+    );
+    let output = support::cmd::run_ok("promtool", &["test", "rules", RULES_TESTS]);
+    assert!(output.contains("SUCCESS"), "{output}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,7 +423,9 @@ fn dashboard_has_the_structure_grafana_expects() {
 
 #[test]
 fn dashboard_queries_are_promql_that_promtool_parses() {
-    let Some(promtool) = promtool() else { return };
+    if !have_promtool() {
+        return;
+    }
     // Recording rules are the one place promtool parses a bare expression.
     let rules: Vec<Value> = dashboard_queries(&dashboard())
         .into_iter()
@@ -461,8 +443,10 @@ fn dashboard_queries_are_promql_that_promtool_parses() {
     let file = dir.path().join("dashboard-queries.json");
     let text = serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]});
     std::fs::write(&file, text.to_string()).expect("write");
-    let output = run(Command::new(&promtool).arg("check").arg("rules").arg(&file));
-    assert_success("promtool check rules <the dashboard's queries>", &output);
+    support::cmd::run_ok(
+        "promtool",
+        &[OsStr::new("check"), OsStr::new("rules"), file.as_os_str()],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,13 +556,7 @@ fn missing(
 fn rules_and_dashboard_use_only_what_a_running_daemon_exports() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Nftables);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(
-            "90s",
-            &format!("metricsAddress: {METRICS_ADDR}\nnflogListener: true\n"),
-        ),
-    );
+    let guard = counting_guard(&lab, METRICS_ADDR);
     guard.write_policy("nodeport.yaml", &Whitelist::mission().yaml());
     let daemon = Daemon::start(&guard);
     let metrics_addr: SocketAddr = METRICS_ADDR.parse().expect("address");
