@@ -10,6 +10,8 @@
 //! (CI), `NPG_TEST_DEB=1` or `NPG_TEST_RPM=1`; without `rpm` it skips with a printed reason,
 //! unless `NPG_REQUIRE_KERNEL_TESTS=1` is set. The scriptlet test needs neither.
 
+mod package_contents;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -184,37 +186,9 @@ fn rpm_holds_what_the_debian_package_holds_with_its_dependencies_and_scriptlets(
             .any(|l| l == "/etc/nodeport-guard/config.yaml"),
         "{config_files}"
     );
-    for path in [
-        "/etc/nodeport-guard/policies/README",
-        "/usr/share/man/man1/nodeport-guard.1.gz",
-        "/usr/share/bash-completion/completions/nodeport-guard",
-        "/usr/share/zsh/site-functions/_nodeport-guard",
-        "/usr/share/fish/vendor_completions.d/nodeport-guard.fish",
-        "/usr/share/doc/nodeport-guard/schemas/nodeport-guard.schema.json",
-        "/usr/share/doc/nodeport-guard/confd/conf.d/nodeport-guard.toml",
-        "/usr/share/doc/nodeport-guard/monitoring/prometheusrule.yaml",
-    ] {
-        file(path);
-    }
+    file("/usr/share/zsh/site-functions/_nodeport-guard");
     assert!(file("/usr/share/doc/nodeport-guard/schemas/nodeport-guard.schema.json").doc);
-    // The policy directory holds no policy: nothing is enforced until the operator adds one.
-    assert!(
-        !files
-            .keys()
-            .any(|path| path.starts_with("/etc/nodeport-guard/policies/")
-                && nodeport_guard::load::is_policy_file_name(
-                    path.rsplit('/').next().unwrap_or("")
-                )),
-        "{listed}"
-    );
-    for entry in std::fs::read_dir("policies").expect("policies/") {
-        let name = entry
-            .expect("entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        file(&format!("/usr/share/doc/nodeport-guard/examples/{name}"));
-    }
+    package_contents::assert_shared_contents(&files.keys().cloned().collect());
 
     let requires = rpm_query(&rpm, &["-R"]);
     let names: Vec<&str> = requires
