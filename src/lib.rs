@@ -19,7 +19,9 @@ pub mod dataplane;
 pub mod diagnostic;
 pub mod digest;
 pub mod drops;
+pub mod engine;
 pub mod facts;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fixtures;
 pub mod load;

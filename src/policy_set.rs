@@ -5,13 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::compile::{self, Compiled};
 use crate::diagnostic::{self, Diagnostic};
 use crate::digest::Fingerprinter;
-use crate::facts::HostFacts;
 use crate::load;
 use crate::model::Model;
-use crate::settings::Settings;
 use crate::source::{FileId, Sources};
 use crate::validate;
 
@@ -190,57 +187,5 @@ fn assembled(loaded: load::Loaded, model: Model, mut diagnostics: Vec<Diagnostic
         model,
         diagnostics,
         fingerprint: crate::digest::hash(&fingerprint_input),
-    }
-}
-
-/// A policy directory, compiled for a host, or why it could not be.
-#[derive(Debug)]
-pub enum Compiling {
-    /// The directory does not exist or is not a directory.
-    MissingDirectory,
-    /// Some file is invalid: the set with its diagnostics.
-    Invalid(PolicySet),
-    /// Compiled.
-    Compiled(PolicySet, Compiled),
-}
-
-/// Loads, validates and compiles the policy directory for a host whose facts were read,
-/// printing nothing.
-pub fn compile_quietly(settings: &Settings, facts: &HostFacts) -> Compiling {
-    if !settings.config.policies_dir.is_dir() {
-        return Compiling::MissingDirectory;
-    }
-    let set = load_with(
-        std::slice::from_ref(&settings.config.policies_dir),
-        settings.load,
-    );
-    if !set.is_valid() {
-        return Compiling::Invalid(set);
-    }
-    let compiled = compile::compile(&set.model, &settings.config, facts);
-    Compiling::Compiled(set, compiled)
-}
-
-/// Loads, validates and compiles the policy directory for a host whose facts were read. On
-/// invalid input, prints the diagnostics and returns `None`; warnings are printed either way.
-pub fn compile_for(settings: &Settings, facts: &HostFacts) -> Option<(PolicySet, Compiled)> {
-    match compile_quietly(settings, facts) {
-        Compiling::MissingDirectory => {
-            eprintln!(
-                "error: the policy directory `{}` does not exist or is not a directory",
-                settings.config.policies_dir.display()
-            );
-            None
-        }
-        Compiling::Invalid(set) => {
-            diagnostic::eprint_all(&set.diagnostics, &set.sources);
-            None
-        }
-        Compiling::Compiled(set, compiled) => {
-            let mut warnings = set.diagnostics.clone();
-            warnings.extend(compiled.warnings.iter().cloned());
-            diagnostic::eprint_all(&warnings, &set.sources);
-            Some((set, compiled))
-        }
     }
 }

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, bail};
 
 use super::output::{ask, print_cuts, print_plan};
-use super::plan::{SavedPlan, name_policies, prepare, prepare_observing};
+use super::plan::{print_rejected, print_warnings};
 use crate::counters::AppliedIndex;
-use crate::dataplane::{Backend, Dataplane, Runner};
-use crate::model::IpFamily;
+use crate::dataplane::{Backend, Runner};
+use crate::engine::{Engine, SavedPlan, record};
+use crate::model::{IpFamily, Model};
 use crate::plan;
 use crate::policy_set;
 use crate::reconcile;
@@ -58,11 +59,11 @@ pub fn run(
     plan_file: Option<&Path>,
     full: bool,
 ) -> Result<ExitCode> {
-    let state_dir = StateDir::new(&settings.state_dir);
+    let engine = Engine::new(settings, runner);
     // Taken first so that the kernel can be read (under the lock) while the policies compile;
     // a failure is reported where it always was, after the policies' diagnostics.
-    let lock = state_dir.lock("nodeport-guard apply", false);
-    let mut observed_early = None;
+    let lock = engine.state_dir.lock("nodeport-guard apply", false);
+    let mut observation = None;
     let mut cut_off = None;
     // The policies to apply, validated (for naming the plan's chains); a saved plan's are
     // validated from its files below.
@@ -71,17 +72,22 @@ pub fn run(
         Some(path) => saved_target(settings, path)?,
         None => {
             let prepared = if lock.is_ok() {
-                prepare_observing(settings, runner).map(|(prepared, observed)| {
-                    observed_early = Some(observed);
+                engine.prepare_observing().map(|(prepared, observed)| {
+                    observation = Some(observed);
                     prepared
                 })
             } else {
-                prepare(settings, runner)
+                engine.prepare()
             };
-            let Some(prepared) = prepared else {
-                return Ok(ExitCode::from(1));
+            let prepared = match prepared {
+                Ok(prepared) => prepared,
+                Err(rejected) => {
+                    print_rejected(&rejected);
+                    return Ok(ExitCode::from(1));
+                }
             };
-            cut_off = prepared.cut_off(settings);
+            print_warnings(&prepared);
+            cut_off = engine.cut_off(&prepared);
             let index = prepared.index();
             model = Some(prepared.model);
             Target {
@@ -94,24 +100,18 @@ pub fn run(
         }
     };
     let _lock = lock?;
+    let state_dir = &engine.state_dir;
     if let Some(pending) = state_dir.pending()? {
         bail!(
             "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
             pending.id
         );
     }
-    let dataplane = Dataplane::new(
-        target.backend,
-        runner,
-        target.families.clone(),
-        &settings.state_dir,
-    );
-    let (observed, observation) = match observed_early {
-        Some(mut observation) => {
-            let state = std::mem::replace(&mut observation.state, Ok(State::default()));
-            (state?, Some(observation))
-        }
-        None => (dataplane.observe()?, None),
+    let engine = Engine::with_backend(settings, runner, target.backend);
+    let dataplane = engine.dataplane(target.families.clone());
+    let observed = match observation.as_mut() {
+        Some(observation) => std::mem::replace(&mut observation.state, Ok(State::default()))?,
+        None => dataplane.observe()?,
     };
     if let Some(expected) = &target.expected_observed
         && observed.fingerprint() != *expected
@@ -123,10 +123,10 @@ pub fn run(
         let policies = policy_set::from_files(&target.index.policy_files);
         policies.is_valid().then_some(policies.model)
     });
-    name_policies(&mut changes, settings, model.as_ref());
+    engine.name_policies(&mut changes, model.as_ref());
     if changes.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
-        record_applied(&state_dir, &target.index);
+        record::applied(&engine.state_dir, &target.index);
         return Ok(ExitCode::SUCCESS);
     }
     print_plan(&changes, full);
@@ -141,10 +141,10 @@ pub fn run(
     // interrupted apply can still be rolled back.
     let pending = match confirm_timeout {
         Some(seconds) => Some(
-            record_pending(&state_dir, &target, observed.clone(), seconds).with_context(|| {
+            record_pending(&engine.state_dir, &target, observed.clone(), seconds).with_context(|| {
                 format!(
                     "refusing `--confirm-timeout`: the way back cannot be written to the state directory `{}`, so no rollback could be promised; nothing was changed (use a writable `--state-dir`, or apply without `--confirm-timeout`)",
-                    state_dir.path().display()
+                    engine.state_dir.path().display()
                 )
             })?,
         ),
@@ -155,34 +155,35 @@ pub fn run(
     let revoke_from = settings
         .config
         .revoke_established
-        .then(|| super::plan::applied_model(settings));
-    let (outcome, commits) = match reconcile::apply_counting(&dataplane, &target.desired, observed)
-    {
-        Ok(applied) => applied,
+        .then(|| engine.applied_model());
+    let written = engine.write(
+        &dataplane,
+        &target.desired,
+        observed,
+        changes,
+        observation.as_ref(),
+        &target.index,
+    );
+    let outcome = match written {
+        Ok(written) => written.outcome,
         Err(error) => {
-            state_dir.clear_pending().ok();
+            engine.state_dir.clear_pending().ok();
             return Err(error.into());
         }
     };
-    // What was written and verified is the kernel's now, if nobody else wrote meanwhile.
-    if let Some(saved) = observation.as_ref().and_then(|observation| {
-        reconcile::view::after_write(&dataplane, observation, commits, &target.desired)
-    }) {
-        state_dir.set_view(&saved);
-    }
-    record_applied(&state_dir, &target.index);
-    record_change(&state_dir, "apply", &outcome.plan);
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
-    if let Some(before) = revoke_from {
-        revoke_after_apply(settings, runner, before.as_ref(), &target.index);
+    if let Some(before) = revoke_from
+        && !target.index.policy_files.is_empty()
+    {
+        revoke_after_apply(&engine, before.as_ref(), model.as_ref());
     }
     if let Some(pending) = pending
-        && let Err(error) = start_watcher(&state_dir, pending)
+        && let Err(error) = start_watcher(&engine.state_dir, pending)
     {
         // Without a watcher nothing would roll back: undo now rather than leave a promise
         // that cannot be kept.
         let restored = reconcile::restore(&dataplane, &outcome.before);
-        state_dir.clear_pending().ok();
+        engine.state_dir.clear_pending().ok();
         return Err(match restored {
             Ok(_) => error.context("the previous rules were restored"),
             Err(restore) => error.context(format!(
@@ -193,42 +194,13 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Records which kernel rules carry which policy rule; a state directory that cannot be written
-/// does not stop an apply, but the operator hears about it.
-pub fn record_applied(state_dir: &StateDir, index: &AppliedIndex) {
-    if let Err(error) = state_dir.set_applied(index) {
-        tracing::warn!(
-            dir = %state_dir.path().display(),
-            "cannot write the state directory, so `status` cannot name the policy rules of the counters: {error:#}"
-        );
-    }
-}
-
-/// Records a change written to the kernel for `status`; like [`record_applied`], a state
-/// directory that cannot be written does not undo it.
-pub fn record_change(state_dir: &StateDir, by: &str, plan: &crate::plan::Plan) {
-    if let Err(error) = state_dir.record_change(by, plan.summary().counts()) {
-        tracing::warn!(
-            dir = %state_dir.path().display(),
-            "cannot write the state directory, so `status` cannot show the last change: {error:#}"
-        );
-    }
-}
-
 /// Cuts the established connections the applied policies deny and the ones before allowed
 /// (`revokeEstablished`), and says so; a failure is reported, the rules stay.
-fn revoke_after_apply(
-    settings: &Settings,
-    runner: &dyn Runner,
-    before: Option<&crate::model::Model>,
-    index: &AppliedIndex,
-) {
-    let after = crate::policy_set::from_files(&index.policy_files);
-    if index.policy_files.is_empty() || !after.is_valid() {
+fn revoke_after_apply(engine: &Engine<'_>, before: Option<&Model>, after: Option<&Model>) {
+    let Some(after) = after else {
         return;
-    }
-    let facts = crate::system::host::host_facts(&settings.config);
-    match crate::revocation::revoke(runner, before, &after.model, &settings.config, &facts, true) {
+    };
+    match engine.revoke(before, after, &engine.facts(), true) {
         Ok(report) => super::output::print_revoked(&report),
         Err(error) => eprintln!(
             "warning: established connections were not revoked (the rules are applied): {error}"

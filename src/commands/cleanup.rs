@@ -5,28 +5,24 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::output::{ask, print_plan};
-use crate::dataplane::{Dataplane, Runner};
+use crate::dataplane::Runner;
+use crate::engine::{Engine, record};
 use crate::model::IpFamily;
 use crate::plan;
 use crate::reconcile;
 use crate::settings::Settings;
 use crate::state::State;
-use crate::system::runtime::StateDir;
 
 /// `cleanup [--yes]`.
 pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool, full: bool) -> Result<ExitCode> {
-    let state_dir = StateDir::new(&settings.state_dir);
-    let backend = settings.backend.resolve(runner);
+    let engine = Engine::new(settings, runner);
+    let backend = engine.backend;
+    let state_dir = &engine.state_dir;
     let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
-    let dataplane = Dataplane::new(
-        backend,
-        runner,
-        IpFamily::BOTH.to_vec(),
-        &settings.state_dir,
-    );
+    let dataplane = engine.dataplane(IpFamily::BOTH.to_vec());
     let observed = dataplane.observe()?;
     let mut changes = plan::plan(&State::default(), &observed);
-    super::plan::name_policies(&mut changes, settings, None);
+    engine.name_policies(&mut changes, None);
     if changes.is_empty() {
         println!("Nothing to clean up: nodeport-guard owns nothing in {backend}.");
         return Ok(ExitCode::SUCCESS);
@@ -36,11 +32,11 @@ pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool, full: bool) -> R
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
     }
-    let outcome = reconcile::apply_against(&dataplane, &State::default(), observed)?;
+    let outcome = reconcile::write_planned(&dataplane, &State::default(), observed, changes)?;
     state_dir.clear_pending().ok();
     // Nothing is applied any more: `status` names no rules.
     state_dir.clear_applied().ok();
-    super::apply::record_change(&state_dir, "cleanup", &outcome.plan);
+    record::change(state_dir, "cleanup", &outcome.plan);
     println!("Removed every chain, jump and set of nodeport-guard.");
     Ok(ExitCode::SUCCESS)
 }

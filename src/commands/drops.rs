@@ -16,7 +16,7 @@ use crate::cli::DropsArgs;
 use crate::drops::{
     Filters, Line, Observed, Resolver, StreamMessage, StreamRequest, Summary, packet,
 };
-use crate::policy_set::{self, Compiling};
+use crate::engine::{self, Compiling};
 use crate::settings::Settings;
 use crate::system::host::host_facts;
 use crate::system::nflog::{self, BindError, NflogSocket, Tuning};
@@ -69,7 +69,7 @@ pub fn run(settings: &Settings, args: &DropsArgs) -> Result<ExitCode> {
 /// (every prefix is then "unknown").
 fn resolver(settings: &Settings) -> Resolver {
     let facts = host_facts(&settings.config);
-    match policy_set::compile_quietly(settings, &facts) {
+    match engine::compile(settings, &facts) {
         Compiling::Compiled(set, _) => Resolver::new(&set.model, &settings.config),
         Compiling::Invalid(_) => {
             eprintln!(

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::apply::{record_applied, record_change};
 use crate::dataplane::{Dataplane, Runner};
+use crate::engine::record;
 use crate::reconcile;
 use crate::system::runtime::{RollbackRecord, StateDir, now_seconds};
 
@@ -110,12 +110,12 @@ pub fn roll_back(state_dir: &StateDir, runner: &dyn Runner, id: &str) -> Result<
     let restored = reconcile::restore(&dataplane, &pending.previous)?;
     // `status` names the counters of the rules that are back, not of the ones that went.
     match &pending.previous_index {
-        Some(index) => record_applied(state_dir, index),
+        Some(index) => record::applied(state_dir, index),
         None => {
             let _ = state_dir.clear_applied();
         }
     }
-    record_change(state_dir, "rollback", &restored);
+    record::change(state_dir, "rollback", &restored);
     // What is back is what the kernel held before the apply, drift included: if that was not
     // what had been applied before it (a jump deleted, a chain flushed), the hole is back too.
     let drifted = pending

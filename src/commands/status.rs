@@ -11,9 +11,9 @@ use serde_json::json;
 use super::output::plural;
 use crate::counters::{self, Presence, RuleCounter};
 use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::engine::{self, Compiling};
 use crate::model::{DEFAULT_TIER, IpFamily};
 use crate::plan::{self, Plan};
-use crate::policy_set::{self, Compiling};
 use crate::settings::Settings;
 use crate::state::State;
 use crate::system::host::host_facts;
@@ -84,7 +84,7 @@ pub(super) fn gather(
     observed: &State,
     state_dir: &StateDir,
 ) -> Result<Report> {
-    let compiling = policy_set::compile_quietly(settings, &host_facts(&settings.config));
+    let compiling = engine::compile(settings, &host_facts(&settings.config));
     let sync = match &compiling {
         Compiling::Compiled(_, compiled) => {
             let changes = plan::plan(&backend.desired(&compiled.ruleset), observed);

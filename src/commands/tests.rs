@@ -568,19 +568,21 @@ fn plan_says_when_a_policy_is_promoted_from_staged_or_goes_back() {
     // policy of the name before).
     for observed in [&staged_state, &both_state] {
         assert_eq!(
-            plan::promotions(&enforced_names, &enforced_state, observed),
+            crate::engine::promotions(&enforced_names, &enforced_state, observed),
             std::slice::from_ref(&promoted)
         );
     }
     // Enforced in the kernel, staged only in the files: back to staged.
     assert_eq!(
-        plan::promotions(&staged_names, &staged_state, &enforced_state),
+        crate::engine::promotions(&staged_names, &staged_state, &enforced_state),
         [back]
     );
     // Nothing moves: the same state, or a staged twin added next to the enforced policy.
-    assert!(plan::promotions(&both_names, &both_state, &both_state).is_empty());
-    assert!(plan::promotions(&both_names, &both_state, &enforced_state).is_empty());
-    assert!(plan::promotions(&enforced_names, &enforced_state, &State::default()).is_empty());
+    assert!(crate::engine::promotions(&both_names, &both_state, &both_state).is_empty());
+    assert!(crate::engine::promotions(&both_names, &both_state, &enforced_state).is_empty());
+    assert!(
+        crate::engine::promotions(&enforced_names, &enforced_state, &State::default()).is_empty()
+    );
 }
 
 #[test]
@@ -631,7 +633,10 @@ spec:
 ",
     )
     .expect("policy");
-    let prepared = plan::prepare(&harness.settings, &harness.kernel).expect("valid");
+    let engine = crate::engine::Engine::new(&harness.settings, &harness.kernel);
+    let Ok(prepared) = engine.prepare() else {
+        panic!("valid")
+    };
     let warnings: Vec<&str> = prepared
         .compiled
         .warnings
@@ -652,7 +657,7 @@ spec:
         "{warnings:#?}"
     );
     let mut changes = crate::plan::plan(&prepared.desired, &harness.ours());
-    plan::name_policies(&mut changes, &harness.settings, Some(&prepared.model));
+    engine.name_policies(&mut changes, Some(&prepared.model));
     let text = crate::plan::render(&changes, crate::plan::Style::default());
     assert!(
         text.contains("# create chain npg-pi-security.gate (IPv4 filter): ingress rules of policy `security.gate` (tier security)\n"),

@@ -10,6 +10,7 @@
 
 pub mod conntrack;
 pub mod detect;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod iptables;
 pub mod namespace;

@@ -63,8 +63,20 @@ pub fn apply_against(
     desired: &State,
     before: State,
 ) -> Result<Outcome, ReconcileError> {
-    let started = Instant::now();
     let changes = plan(desired, &before);
+    write_planned(dataplane, desired, before, changes)
+}
+
+/// Carries out `changes`, the plan from `before` (what the kernel held) to `desired`, as it
+/// was made (and shown): the plan is not made again. Checks the result; on failure, puts back
+/// `before`.
+pub fn write_planned(
+    dataplane: &Dataplane<'_>,
+    desired: &State,
+    before: State,
+    changes: Plan,
+) -> Result<Outcome, ReconcileError> {
+    let started = Instant::now();
     if changes.is_empty() {
         return Ok(Outcome {
             plan: changes,
@@ -275,15 +287,16 @@ pub fn reconcile_after(
     Ok((outcome, read))
 }
 
-/// [`apply_against`], also saying how many nf_tables transactions its writes committed (what
+/// [`write_planned`], also saying how many nf_tables transactions its writes committed (what
 /// [`view::after_write`] needs to know that nobody else committed meanwhile).
-pub fn apply_counting(
+pub fn write_counting(
     dataplane: &Dataplane<'_>,
     desired: &State,
     before: State,
+    changes: Plan,
 ) -> Result<(Outcome, u32), ReconcileError> {
     let counting = Counting::new(dataplane.runner);
-    let outcome = apply_against(&dataplane.with_runner(&counting), desired, before)?;
+    let outcome = write_planned(&dataplane.with_runner(&counting), desired, before, changes)?;
     Ok((outcome, counting.commits()))
 }
 

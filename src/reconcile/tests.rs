@@ -733,7 +733,7 @@ fn a_small_write_is_verified_by_listing_only_its_chains() {
 // ---------------------------------------------------------------------------------------------
 // The command line's saved view (view::observe, view::after_write).
 
-use crate::reconcile::{apply_counting, view};
+use crate::reconcile::{view, write_counting};
 
 /// A view as the state directory keeps it: written out as JSON and read back.
 fn kept(saved: view::SavedView) -> view::SavedView {
@@ -754,7 +754,13 @@ fn view_after_apply(
         "{backend}: a still kernel read whole is kept"
     );
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let (_, commits) = apply_counting(&dataplane, desired, before).expect("apply");
+    let (_, commits) = write_counting(
+        &dataplane,
+        desired,
+        before.clone(),
+        crate::plan::plan(desired, &before),
+    )
+    .expect("apply");
     let saved = view::after_write(&dataplane, &observed, commits, desired)
         .expect("the generation moved by our commits alone");
     kept(saved)
@@ -769,7 +775,13 @@ fn iptables_legacy_keeps_no_view() {
     let mut observed = view::observe(&dataplane, None);
     assert!(observed.save.is_none());
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let (_, commits) = apply_counting(&dataplane, &desired, before).expect("apply");
+    let (_, commits) = write_counting(
+        &dataplane,
+        &desired,
+        before.clone(),
+        crate::plan::plan(&desired, &before),
+    )
+    .expect("apply");
     assert!(view::after_write(&dataplane, &observed, commits, &desired).is_none());
     let observed = view::observe(&dataplane, None);
     assert_eq!(
@@ -836,7 +848,13 @@ fn a_foreign_commit_during_a_write_keeps_no_view_after_it() {
             .foreign("nft", &["-f", "-"], "add table inet someone_else\n");
         assert!(output.success, "{}", output.stderr);
         let desired = backend.desired(&policy("nodeport-whitelist"));
-        let (_, commits) = apply_counting(&dataplane, &desired, before).expect("apply");
+        let (_, commits) = write_counting(
+            &dataplane,
+            &desired,
+            before.clone(),
+            crate::plan::plan(&desired, &before),
+        )
+        .expect("apply");
         assert!(
             view::after_write(&dataplane, &observed, commits, &desired).is_none(),
             "{backend}"

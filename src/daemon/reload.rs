@@ -1,0 +1,559 @@
+//! What the daemon does with one event: the engine computes a reload's outcome, and the
+//! outcome is then reported in one place (the log, the metrics, the status file, the drop
+//! resolver).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Event, drops, metrics};
+use crate::compile;
+use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::engine::{Engine, Memory, Reconciled, record};
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model};
+use crate::policy_set::PolicySet;
+use crate::reconcile;
+use crate::settings::Settings;
+use crate::state::State;
+use crate::system::runtime::{StateDir, now_seconds};
+
+/// What the last successful apply was made from.
+struct LastGood {
+    fingerprint: String,
+    facts: HostFacts,
+    model: Model,
+    desired: Arc<State>,
+}
+
+/// The daemon's state between events.
+pub(super) struct Daemon {
+    pub(super) settings: Settings,
+    backend: &'static dyn Backend,
+    runner: Arc<dyn Runner>,
+    state_dir: StateDir,
+    pub(super) metrics: metrics::Shared,
+    last_good: Option<LastGood>,
+    /// The engine's memos and view of the kernel, kept across events.
+    memory: Memory,
+    pub(super) last_errors: Vec<String>,
+    pub(super) summary: String,
+    /// Whether the last reload was refused because the set was empty (so the refusal is said
+    /// once, not at every resync).
+    pub(super) refusing_empty: bool,
+    /// Whether the operator was told that the state directory cannot be written (once).
+    state_dir_warned: bool,
+    /// The NFLOG listener, when the daemon counts drops.
+    pub(super) drop_log: Option<Arc<drops::DropLog>>,
+}
+
+/// What one reload came to.
+enum Outcome {
+    /// The policy files are invalid: the last good rules stay (and, on a full check, are put
+    /// back).
+    Invalid {
+        errors: Vec<String>,
+        repaired: Option<Repair>,
+    },
+    /// The set became empty and `allowEmpty` is false: the rules stay.
+    RefusedEmpty {
+        missing: bool,
+        repaired: Option<Repair>,
+    },
+    /// The files and addresses are those applied; nothing to do.
+    Unchanged,
+    /// The policies were reconciled with the kernel.
+    Applied(Box<Applied>),
+    /// Writing failed; the previous rules were put back (or that failed too).
+    Failed(reconcile::ReconcileError),
+}
+
+/// A reconcile that wrote (or found nothing to change).
+struct Applied {
+    set: PolicySet,
+    facts: HostFacts,
+    compiled: compile::Compiled,
+    desired: Arc<State>,
+    outcome: reconcile::Outcome,
+    /// Whether the change undid another program's.
+    drift: bool,
+    /// The phases' durations, for the log.
+    phases: Phases,
+}
+
+/// When each phase of a reload ended.
+struct Phases {
+    started: Instant,
+    read_at: Instant,
+    compiled_at: Instant,
+    desired_at: Instant,
+    written_at: Instant,
+    read: reconcile::Read,
+}
+
+/// The last good rules put back while the files are unusable.
+type Repair = Result<reconcile::Outcome, reconcile::ReconcileError>;
+
+impl Daemon {
+    pub(super) fn new(
+        settings: Settings,
+        backend: &'static dyn Backend,
+        runner: Arc<dyn Runner>,
+        state_dir: StateDir,
+        metrics: metrics::Shared,
+    ) -> Daemon {
+        Daemon {
+            settings,
+            backend,
+            runner,
+            state_dir,
+            metrics,
+            last_good: None,
+            memory: Memory::default(),
+            last_errors: Vec::new(),
+            summary: "starting".to_owned(),
+            refusing_empty: false,
+            state_dir_warned: false,
+            drop_log: None,
+        }
+    }
+
+    pub(super) fn dataplane(&self, families: Vec<IpFamily>) -> Dataplane<'_> {
+        self.engine().dataplane(families)
+    }
+
+    fn engine(&self) -> Engine<'_> {
+        Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
+    }
+
+    /// Handles one event: computes what it comes to, then reports that.
+    pub(super) fn handle(&mut self, event: Event) {
+        if let Ok(mut metrics) = self.metrics.lock() {
+            metrics.heartbeat = Some(Instant::now());
+        }
+        let outcome = self.reload(event);
+        self.report(event, outcome);
+    }
+
+    /// What `event` comes to: reads the files, guards against invalid and empty sets, and
+    /// reconciles the kernel through the engine.
+    fn reload(&mut self, event: Event) -> Outcome {
+        let started = Instant::now();
+        let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
+        let set = engine.load(&mut self.memory);
+        let facts = engine.facts();
+        let read_at = Instant::now();
+        if !set.is_valid() {
+            let errors = set
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.headline(&set.sources))
+                .collect();
+            let repaired = self.repair_with_last_good(event, &facts);
+            return Outcome::Invalid { errors, repaired };
+        }
+        if set.model.is_empty()
+            && !self.settings.config.allow_empty
+            && self.would_remove_protection()
+        {
+            let missing = !self.settings.config.policies_dir.is_dir();
+            let repaired = self.repair_with_last_good(event, &facts);
+            return Outcome::RefusedEmpty { missing, repaired };
+        }
+        let last_fingerprint = self.last_good.as_ref().map(|good| &good.fingerprint);
+        let new_files = last_fingerprint != Some(&set.fingerprint);
+        if new_files {
+            for warning in set.diagnostics.iter().filter(|d| !d.is_error()) {
+                tracing::warn!("{}", warning.headline(&set.sources));
+            }
+        }
+        let unchanged = !new_files && self.last_good.as_ref().is_some_and(|g| g.facts == facts);
+        if unchanged && event.may_skip_unchanged() {
+            return Outcome::Unchanged;
+        }
+        if event.reads_whole_kernel() {
+            self.memory.forget_view();
+        }
+        let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
+        let Reconciled {
+            compiled,
+            desired,
+            compiled_at,
+            desired_at,
+            result,
+        } = engine.reconcile(&mut self.memory, &set.model, &facts);
+        let written_at = Instant::now();
+        match result {
+            Ok((outcome, read)) => {
+                let drift =
+                    event.finds_drift() && !outcome.plan.is_empty() && self.last_good.is_some();
+                Outcome::Applied(Box::new(Applied {
+                    set,
+                    facts,
+                    compiled,
+                    desired,
+                    outcome,
+                    drift,
+                    phases: Phases {
+                        started,
+                        read_at,
+                        compiled_at,
+                        desired_at,
+                        written_at,
+                        read,
+                    },
+                }))
+            }
+            Err(error) => Outcome::Failed(error),
+        }
+    }
+
+    /// Says what `outcome` came to: the log, the metrics (all of them here), the status file.
+    fn report(&mut self, event: Event, outcome: Outcome) {
+        self.count(event, &outcome);
+        match outcome {
+            Outcome::Invalid { errors, repaired } => {
+                if errors != self.last_errors {
+                    for error in &errors {
+                        tracing::error!("{error}");
+                    }
+                    tracing::error!(
+                        errors = errors.len(),
+                        "the policy files are invalid; nothing of them is applied and the last good rules stay"
+                    );
+                }
+                self.summary = format!(
+                    "policy files invalid ({} error{}); keeping the last good rules",
+                    errors.len(),
+                    if errors.len() == 1 { "" } else { "s" }
+                );
+                self.last_errors = errors;
+                self.write_status();
+                self.report_repair(repaired);
+            }
+            Outcome::RefusedEmpty { missing, repaired } => {
+                self.last_errors.clear();
+                let what = if missing {
+                    "is missing"
+                } else {
+                    "holds no policy at all"
+                };
+                if !self.refusing_empty {
+                    tracing::error!(
+                        dir = %self.settings.config.policies_dir.display(),
+                        "the policy directory {what}; keeping the rules in place instead of removing all protection (set `allowEmpty: true` to allow this)"
+                    );
+                }
+                self.refusing_empty = true;
+                self.summary = "refusing an empty policy set; keeping the last rules".to_owned();
+                self.last_errors = vec![format!(
+                    "the policy directory {what}; the previous rules are kept (allowEmpty is false)"
+                )];
+                self.write_status();
+                self.report_repair(repaired);
+            }
+            Outcome::Unchanged => {
+                self.refusing_empty = false;
+                tracing::debug!(?event, "policies and addresses unchanged; nothing to do");
+                if !self.last_errors.is_empty() {
+                    self.last_errors.clear();
+                    // The files went back to what is applied: say so.
+                    tracing::info!("the policy files are valid again and match the applied rules");
+                    let policies = self
+                        .last_good
+                        .as_ref()
+                        .map_or(0, |good| good.model.policies().len());
+                    self.summary = applied_summary(policies, self.backend, false);
+                    self.write_status();
+                }
+            }
+            Outcome::Applied(applied) => {
+                self.refusing_empty = false;
+                self.last_errors.clear();
+                self.report_applied(event, *applied);
+                self.write_status();
+            }
+            Outcome::Failed(error) => {
+                self.refusing_empty = false;
+                tracing::error!(%error, ?event, "applying the policies failed");
+                self.summary = format!("apply failed: {error}");
+                self.last_errors = vec![error.to_string()];
+                self.write_status();
+            }
+        }
+    }
+
+    /// The metrics of `outcome`: every metric a reload moves is moved here.
+    fn count(&self, event: Event, outcome: &Outcome) {
+        let Ok(mut metrics) = self.metrics.lock() else {
+            return;
+        };
+        let repaired = match outcome {
+            Outcome::Invalid { errors, repaired } => {
+                metrics.reloads_failed += u64::from(*errors != self.last_errors);
+                metrics.policy_files_invalid = true;
+                repaired
+            }
+            Outcome::RefusedEmpty { repaired, .. } => {
+                metrics.policy_files_invalid = false;
+                metrics.reloads_refused += u64::from(!self.refusing_empty);
+                repaired
+            }
+            Outcome::Unchanged => {
+                metrics.policy_files_invalid = false;
+                return;
+            }
+            Outcome::Failed(_) => {
+                metrics.policy_files_invalid = false;
+                metrics.reloads_failed += 1;
+                metrics.in_sync = false;
+                return;
+            }
+            Outcome::Applied(applied) => {
+                metrics.policy_files_invalid = false;
+                let outcome = &applied.outcome;
+                let changed = !outcome.plan.is_empty();
+                // A resync that finds nothing to change is no reload.
+                metrics.reloads_ok += u64::from(changed || !event.finds_drift());
+                metrics.drift_repairs += u64::from(applied.drift);
+                if changed {
+                    metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
+                    metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
+                    metrics.apply_count += 1;
+                }
+                if changed || metrics.last_apply_timestamp == 0 {
+                    metrics.last_apply_timestamp = now_seconds();
+                }
+                metrics.policies = applied.set.model.policies().len();
+                metrics.rules = applied
+                    .desired
+                    .tables
+                    .values()
+                    .flat_map(|t| t.chains.values())
+                    .map(|rules| rules.len())
+                    .sum();
+                metrics.set_members = applied.desired.sets.values().map(|s| s.members.len()).sum();
+                metrics.in_sync = true;
+                metrics.last_sync_timestamp = now_seconds();
+                return;
+            }
+        };
+        // Repairing with the last good rules reads the kernel and leaves them in place.
+        match repaired {
+            Some(Ok(outcome)) => {
+                metrics.drift_repairs += u64::from(!outcome.plan.is_empty());
+                metrics.in_sync = true;
+                metrics.last_sync_timestamp = now_seconds();
+            }
+            Some(Err(_)) => metrics.in_sync = false,
+            None => {}
+        }
+    }
+
+    /// Logs and records a reconcile that applied (or found nothing to change), records the
+    /// applied index, revokes what the change denies, and remembers the set as the last good.
+    fn report_applied(&mut self, event: Event, applied: Applied) {
+        let Applied {
+            set,
+            facts,
+            compiled,
+            desired,
+            outcome,
+            drift,
+            phases,
+        } = applied;
+        let (reused, compiled_now, rendered) = self.memory.last_work();
+        tracing::debug!(
+            read = ?phases.read,
+            read_and_validate_ms = ms(phases.read_at - phases.started),
+            compile_ms = ms(phases.compiled_at - phases.read_at),
+            render_ms = ms(phases.desired_at - phases.compiled_at),
+            dataplane_ms = ms(phases.written_at - phases.desired_at),
+            policy_chains_reused = reused,
+            policy_chains_compiled = compiled_now,
+            chains_rendered = rendered,
+            "kernel state for the plan; the reload's phases"
+        );
+        let summary = outcome.summary();
+        let changed = !outcome.plan.is_empty();
+        let policies = set.model.policies().len();
+        if drift {
+            tracing::warn!(
+                changes = %summary.line(),
+                what = %outcome.plan.describe(),
+                "drift repaired: another program changed nodeport-guard's rules"
+            );
+        } else if changed {
+            tracing::info!(
+                ?event,
+                policies,
+                changes = %summary.line(),
+                elapsed_ms = phases.started.elapsed().as_millis() as u64,
+                "applied"
+            );
+        } else {
+            tracing::info!(
+                ?event,
+                policies,
+                elapsed_ms = phases.started.elapsed().as_millis() as u64,
+                "no changes needed"
+            );
+        }
+        for warning in &compiled.warnings {
+            tracing::debug!(warning = %warning.message, "plan note");
+        }
+        if changed {
+            let recorded = self
+                .state_dir
+                .record_change("daemon", outcome.plan.summary().counts());
+            self.state_dir_result(recorded);
+        }
+        if changed && self.settings.config.revoke_established {
+            self.revoke_established(&set.model, &facts);
+        }
+        let index = crate::counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
+            .of_desired(&desired)
+            .of_policies(&set.sources);
+        let recorded = self.state_dir.set_applied(&index);
+        self.state_dir_result(recorded);
+        self.summary = applied_summary(policies, self.backend, changed);
+        if let Some(log) = &self.drop_log {
+            log.set_resolver(crate::drops::Resolver::new(
+                &set.model,
+                &self.settings.config,
+            ));
+        }
+        tracing::debug!(
+            record_ms = ms(phases.written_at.elapsed()),
+            "recorded the applied state"
+        );
+        self.last_good = Some(LastGood {
+            fingerprint: set.fingerprint,
+            facts,
+            model: set.model,
+            desired,
+        });
+    }
+
+    /// Whether an empty policy set would take protection away: some was applied, or the kernel
+    /// holds rules of ours (from before a restart).
+    fn would_remove_protection(&self) -> bool {
+        if self
+            .last_good
+            .as_ref()
+            .is_some_and(|good| !good.model.is_empty())
+        {
+            return true;
+        }
+        let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
+        dataplane
+            .observe()
+            .map(|state| !state.is_empty())
+            .unwrap_or(true)
+    }
+
+    /// On the events that may ([`Event::repairs_with_last_good`]), puts the last good rules
+    /// back even while the files are unusable.
+    fn repair_with_last_good(&mut self, event: Event, facts: &HostFacts) -> Option<Repair> {
+        if !event.repairs_with_last_good() {
+            return None;
+        }
+        let good = self.last_good.as_ref()?;
+        let desired = if &good.facts == facts {
+            Arc::clone(&good.desired)
+        } else {
+            let compiled = compile::compile(&good.model, &self.settings.config, facts);
+            Arc::new(self.backend.desired(&compiled.ruleset))
+        };
+        let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
+        Some(engine.repair(&mut self.memory, &desired, facts.families()))
+    }
+
+    /// Logs and records what [`Daemon::repair_with_last_good`] did.
+    fn report_repair(&mut self, repaired: Option<Repair>) {
+        match repaired {
+            Some(Ok(outcome)) if !outcome.plan.is_empty() => {
+                tracing::warn!(changes = %outcome.summary().line(), what = %outcome.plan.describe(), "drift repaired with the last good rules");
+                record::change(&self.state_dir, "daemon", &outcome.plan);
+            }
+            Some(Err(error)) => tracing::error!(%error, "repairing drift failed"),
+            Some(Ok(_)) | None => {}
+        }
+    }
+
+    /// Cuts the established connections the new policies deny that the last good ones let
+    /// through (`revokeEstablished`). Bounded in time; a failure is counted and logged, and
+    /// never undoes the rules just applied.
+    fn revoke_established(&mut self, after: &Model, facts: &HostFacts) {
+        let before = self.last_good.as_ref().map(|good| &good.model);
+        let started = Instant::now();
+        match self.engine().revoke(before, after, facts, true) {
+            Ok(report) => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.revoked_connections += report.deleted as u64;
+                    metrics.revoke_failures += report.failed.len() as u64;
+                }
+                if report.deleted > 0 || !report.failed.is_empty() {
+                    tracing::info!(
+                        cut = report.deleted,
+                        failed = report.failed.len(),
+                        examined = report.examined,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "revoked established connections the new policies deny"
+                    );
+                }
+            }
+            Err(error) => {
+                if let Ok(mut metrics) = self.metrics.lock() {
+                    metrics.revoke_failures += 1;
+                }
+                tracing::warn!(
+                    "cannot revoke established connections (the rules are applied): {error}"
+                );
+            }
+        }
+    }
+
+    /// Warns (once) when the state directory cannot be written: reconciling goes on, but
+    /// `status` loses the daemon's summary and the names of the counted rules.
+    fn state_dir_result(&mut self, result: anyhow::Result<()>) {
+        if let Err(error) = result
+            && !self.state_dir_warned
+        {
+            self.state_dir_warned = true;
+            tracing::warn!(
+                dir = %self.state_dir.path().display(),
+                "cannot write the state directory; reconciling goes on, but `status` cannot show the daemon's state or name the policy rules of the counters: {error:#}"
+            );
+        }
+    }
+
+    pub(super) fn write_status(&mut self) {
+        let status = serde_json::json!({
+            "pid": std::process::id(),
+            "backend": self.backend.name(),
+            "summary": self.summary,
+            "lastErrors": self.last_errors,
+            "updatedAt": now_seconds(),
+        });
+        let written = self.state_dir.set_daemon_status(&status);
+        self.state_dir_result(written);
+    }
+}
+
+/// A duration in milliseconds with a fraction, for the log.
+fn ms(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+pub(super) fn applied_summary(
+    policies: usize,
+    backend: &'static dyn Backend,
+    changed_now: bool,
+) -> String {
+    format!(
+        "{policies} polic{} applied with {backend}; last change {}",
+        if policies == 1 { "y" } else { "ies" },
+        if changed_now { "now" } else { "earlier" }
+    )
+}

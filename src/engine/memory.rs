@@ -1,0 +1,128 @@
+//! What the engine keeps between one reconcile and the next for a long-running caller (the
+//! daemon): the validated files, the compiled policy chains, the rendered chains and sets,
+//! and the view of the kernel. Each is only a shortcut: the result is always what a full
+//! computation gives (`tests/incremental.rs`, `tests/incremental_validate.rs`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Engine;
+use crate::compile;
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model};
+use crate::policy_set::{self, PolicySet};
+use crate::reconcile;
+use crate::state::State;
+
+/// The memos and the kernel view a long-running caller keeps across reconciles.
+#[derive(Default)]
+pub struct Memory {
+    /// The policy files checked at the last read: a reload parses and validates only the files
+    /// that changed.
+    parse: policy_set::Cache,
+    /// The policy chains last compiled: a reload compiles only the policies that changed.
+    compile: compile::Memo,
+    /// The state last rendered: a reload renders only the chains and sets that changed.
+    render: crate::state::RenderMemo,
+    /// What the kernel holds of ours at a sign of the kernel's, while nobody else changes it
+    /// (see [`reconcile::reconcile_cached`]).
+    view: Option<reconcile::Cached>,
+}
+
+impl Memory {
+    /// Forgets the view of the kernel: the next reconcile reads the whole kernel.
+    pub fn forget_view(&mut self) {
+        self.view = None;
+    }
+
+    /// How many policy chains the last compile reused and compiled, and how many chains the
+    /// last render rendered, for the log.
+    pub fn last_work(&self) -> (usize, usize, usize) {
+        let compile = self.compile.last_compile();
+        (
+            compile.reused,
+            compile.compiled,
+            self.render.last_render().1,
+        )
+    }
+}
+
+/// What a reconcile compiled and rendered, and how it went.
+pub struct Reconciled {
+    /// The compiled policies.
+    pub compiled: compile::Compiled,
+    /// The state rendered from them.
+    pub desired: Arc<State>,
+    /// When compiling ended.
+    pub compiled_at: Instant,
+    /// When rendering ended.
+    pub desired_at: Instant,
+    /// The reconcile's outcome and how it read the kernel.
+    pub result: Result<(reconcile::Outcome, reconcile::Read), reconcile::ReconcileError>,
+}
+
+impl Engine<'_> {
+    /// Reads the policy directory through `memory`, as a policy set. A missing directory reads
+    /// as an empty set (a ConfigMap or confd glitch, or a directory being replaced), which the
+    /// caller's empty-set guard then catches.
+    pub fn load(&self, memory: &mut Memory) -> PolicySet {
+        if !self.settings.config.policies_dir.is_dir() {
+            return PolicySet::missing();
+        }
+        policy_set::load_cached(
+            std::slice::from_ref(&self.settings.config.policies_dir),
+            self.settings.load,
+            &mut memory.parse,
+        )
+    }
+
+    /// Compiles and renders `model` through `memory` and reconciles the kernel with it,
+    /// planning against `memory`'s view while the kernel's sign allows. With iptables-legacy
+    /// and a view to check, the first reading of the kernel (the xtables lock, the digest of
+    /// its rules, the ipsets) is taken on a thread meanwhile: it takes about as long as the
+    /// compile. The lock is then held a little longer; only for x_tables, whose digest is
+    /// read under it, does reading it early leave the reconcile exact.
+    pub fn reconcile(&self, memory: &mut Memory, model: &Model, facts: &HostFacts) -> Reconciled {
+        let ahead = (self.backend.sign() == crate::dataplane::Sign::XtablesDigest
+            && memory.view.is_some())
+        .then(|| (self.dataplane(IpFamily::BOTH.to_vec()), memory.view.clone()));
+        std::thread::scope(|scope| {
+            let first = ahead.as_ref().map(|(dataplane, cached)| {
+                scope.spawn(move || reconcile::FirstRead::take(dataplane, cached.as_ref()))
+            });
+            let compiled =
+                compile::compile_with(model, &self.settings.config, facts, &mut memory.compile);
+            let compiled_at = Instant::now();
+            let desired = self
+                .backend
+                .desired_with(&compiled.ruleset, &mut memory.render);
+            let desired_at = Instant::now();
+            let dataplane = self.dataplane(compiled.ruleset.ip_families());
+            let first = match first {
+                Some(first) => crate::dataplane::runner::joined(first),
+                None => reconcile::FirstRead::take(&dataplane, memory.view.as_ref()),
+            };
+            let result = reconcile::reconcile_after(&dataplane, &desired, &mut memory.view, first);
+            Reconciled {
+                compiled,
+                desired,
+                compiled_at,
+                desired_at,
+                result,
+            }
+        })
+    }
+
+    /// Puts `desired` back whatever the kernel holds, reading it whole, and forgets `memory`'s
+    /// view (whatever was written, the next reconcile reads the whole kernel again).
+    pub fn repair(
+        &self,
+        memory: &mut Memory,
+        desired: &State,
+        families: Vec<IpFamily>,
+    ) -> Result<reconcile::Outcome, reconcile::ReconcileError> {
+        let result = reconcile::reconcile(&self.dataplane(families), desired);
+        memory.forget_view();
+        result
+    }
+}
