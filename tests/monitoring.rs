@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
-use support::daemon::{Daemon, counting_guard, http_get_ok};
+use support::daemon::{Daemon, counting_guard, http_get_ok, parse_prometheus};
 use support::fixtures::Whitelist;
 use support::{Backend, Lab, POLL, addr, ports, sa, wait_until};
 
@@ -589,6 +589,25 @@ fn rules_and_dashboard_use_only_what_a_running_daemon_exports() {
         counted,
         "the blocked client's drops were not counted\n{body}\n--- daemon ---\n{}",
         daemon.log()
+    );
+    // The series the sync and health alerts read say what is true: in sync, healthy, synced
+    // now, with the configured resync interval.
+    let samples = parse_prometheus(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    assert_eq!(samples.get("nodeport_guard_in_sync"), Some(&1.0), "{body}");
+    assert_eq!(samples.get("nodeport_guard_healthy"), Some(&1.0), "{body}");
+    assert_eq!(
+        samples.get("nodeport_guard_resync_interval_seconds"),
+        Some(&90.0),
+        "{body}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let synced = samples["nodeport_guard_last_sync_timestamp_seconds"];
+    assert!(
+        (now - 60.0..=now + 1.0).contains(&synced),
+        "synced at {synced}, now {now}"
     );
     let exported = exported(&body);
 
