@@ -194,16 +194,6 @@ fn frame_window(line: &str, column: usize, width: usize) -> (String, usize, usiz
     (shown, caret, width)
 }
 
-/// Prints diagnostics to stderr, rendered as [`render_all`] does.
-pub fn eprint_all(diagnostics: &[Diagnostic], sources: &Sources) {
-    use std::io::Write as _;
-    if diagnostics.is_empty() {
-        return;
-    }
-    let mut stderr = std::io::stderr().lock();
-    let _ = write!(stderr, "{}", render_all(diagnostics, sources));
-}
-
 /// Renders every diagnostic, errors and warnings in the order given, separated by blank lines.
 pub fn render_all(diagnostics: &[Diagnostic], sources: &Sources) -> String {
     let mut out = String::new();

@@ -25,10 +25,12 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Reads and checks the config file and applies the global options over it. Warnings (a
-    /// config file others may write) are printed; errors come back with the sources they
+    /// Reads and checks the config file and applies the global options over it, with the
+    /// warnings found (a config file others may write); errors come back with the sources they
     /// point into.
-    pub fn from_options(global: &GlobalOptions) -> Result<Settings, (Sources, Vec<Diagnostic>)> {
+    pub fn from_options(
+        global: &GlobalOptions,
+    ) -> Result<(Settings, Vec<Diagnostic>), (Sources, Vec<Diagnostic>)> {
         let config_path = global
             .config
             .clone()
@@ -54,6 +56,7 @@ impl Settings {
         }
         // The config file can change the failsafe ports and the mark bits: it deserves the same
         // scrutiny as the policy files.
+        let mut warnings = Vec::new();
         let config_problem = std::fs::metadata(&config_path)
             .ok()
             .filter(std::fs::Metadata::is_file)
@@ -66,10 +69,10 @@ impl Settings {
             if global.strict_permissions {
                 return Err((sources, vec![Diagnostic::global_error(message)]));
             }
-            diagnostic::eprint_all(&[Diagnostic::global_warning(message)], &sources);
+            warnings.push(Diagnostic::global_warning(message));
         }
         let backend = global.backend.unwrap_or(config.backend);
-        Ok(Settings {
+        let settings = Settings {
             config,
             config_path,
             backend,
@@ -77,6 +80,7 @@ impl Settings {
             load: load::LoadOptions {
                 strict_permissions: global.strict_permissions,
             },
-        })
+        };
+        Ok((settings, warnings))
     }
 }

@@ -35,7 +35,6 @@ use anyhow::Result;
 
 use crate::cli::{Cli, Command, GlobalOptions, LogFormat};
 use crate::dataplane::Runner;
-use crate::diagnostic;
 use crate::settings::Settings;
 
 /// Runs a parsed command line with `runner` executing programs. Panics become a one-line
@@ -112,9 +111,12 @@ fn with_settings(
     command: impl FnOnce(Settings) -> Result<ExitCode>,
 ) -> Result<ExitCode> {
     match Settings::from_options(global) {
-        Ok(settings) => command(settings),
+        Ok((settings, warnings)) => {
+            output::eprint_diagnostics(&warnings, &crate::source::Sources::new());
+            command(settings)
+        }
         Err((sources, diagnostics)) => {
-            diagnostic::eprint_all(&diagnostics, &sources);
+            output::eprint_diagnostics(&diagnostics, &sources);
             Ok(ExitCode::from(1))
         }
     }

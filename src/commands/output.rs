@@ -214,3 +214,20 @@ pub fn ask(question: &str, yes: bool) -> Result<bool> {
 pub fn plural(count: usize) -> &'static str {
     if count == 1 { "" } else { "s" }
 }
+
+/// Prints diagnostics to stderr, rendered as [`crate::diagnostic::render_all`] does.
+pub fn eprint_diagnostics(
+    diagnostics: &[crate::diagnostic::Diagnostic],
+    sources: &crate::source::Sources,
+) {
+    use std::io::Write as _;
+    if diagnostics.is_empty() {
+        return;
+    }
+    let mut stderr = std::io::stderr().lock();
+    let _ = write!(
+        stderr,
+        "{}",
+        crate::diagnostic::render_all(diagnostics, sources)
+    );
+}

@@ -18,13 +18,13 @@ pub fn print_rejected(rejected: &Rejected) {
             "error: the policy directory `{}` does not exist or is not a directory",
             dir.display()
         ),
-        Rejected::Invalid(set) => crate::diagnostic::eprint_all(&set.diagnostics, &set.sources),
+        Rejected::Invalid(set) => super::output::eprint_diagnostics(&set.diagnostics, &set.sources),
     }
 }
 
 /// Prints the warnings of prepared policies (validation's and compilation's).
 pub fn print_warnings(prepared: &Prepared) {
-    crate::diagnostic::eprint_all(&prepared.warnings, &prepared.sources);
+    super::output::eprint_diagnostics(&prepared.warnings, &prepared.sources);
 }
 
 /// Plans with `engine`, printing the policies' diagnostics; `None` when they are invalid

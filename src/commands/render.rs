@@ -29,7 +29,7 @@ pub fn run(settings: &Settings) -> Result<ExitCode> {
         Compiling::Compiled(set, compiled) => {
             let mut warnings = set.diagnostics;
             warnings.extend(compiled.warnings.iter().cloned());
-            crate::diagnostic::eprint_all(&warnings, &set.sources);
+            super::output::eprint_diagnostics(&warnings, &set.sources);
             compiled
         }
     };

@@ -6,7 +6,6 @@ use anyhow::Result;
 
 use super::output::{ask, print_established, print_revoked};
 use crate::dataplane::Runner;
-use crate::diagnostic;
 use crate::policy_set;
 use crate::revocation;
 use crate::settings::Settings;
@@ -19,7 +18,7 @@ pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCo
     let policies = &settings.config.policies_dir;
     let set = policy_set::load_with(std::slice::from_ref(policies), settings.load);
     if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
         return Ok(ExitCode::from(1));
     }
     let facts = host_facts(&settings.config);

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{TraceArgs, TraceDirection, TraceState};
-use crate::diagnostic;
 use crate::model::{IpFamily, Protocol};
 use crate::policy_set;
 use crate::settings::Settings;
@@ -33,7 +32,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
     }
     let set = policy_set::load_with(std::slice::from_ref(policies), settings.load);
     if !set.is_valid() {
-        diagnostic::eprint_all(&set.diagnostics, &set.sources);
+        super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
         return Ok(ExitCode::from(1));
     }
     let facts = host_facts(&settings.config);

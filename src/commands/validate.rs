@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::output::plural;
-use crate::diagnostic;
 use crate::policy_set;
 use crate::settings::Settings;
 
@@ -16,7 +15,7 @@ pub fn run(settings: &Settings, paths: &[PathBuf]) -> ExitCode {
         paths.to_vec()
     };
     let set = policy_set::load_with(&paths, settings.load);
-    diagnostic::eprint_all(&set.diagnostics, &set.sources);
+    super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
     if !set.is_valid() {
         let errors = set.diagnostics.iter().filter(|d| d.is_error()).count();
         eprintln!(

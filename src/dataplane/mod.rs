@@ -79,13 +79,15 @@ pub trait Backend: fmt::Debug + Send + Sync {
         plan: &Plan,
     ) -> Result<State, DataplaneError>;
 
-    /// Carries out a plan that leads to `desired`, as atomically as the backend can.
+    /// Carries out a plan that leads to `desired`, as atomically as the backend can, and
+    /// says how many nf_tables transactions it committed (each moves the generation by one;
+    /// x_tables and ipset writes commit none).
     fn write(
         &self,
         dataplane: &Dataplane<'_>,
         plan: &Plan,
         desired: &State,
-    ) -> Result<(), DataplaneError>;
+    ) -> Result<u32, DataplaneError>;
 
     /// What of `desired` the read-back `after` of a write of `written` still lacks: the part of
     /// the kernel the write may have changed, compared with what it should be.
@@ -133,27 +135,6 @@ pub enum Coverage {
     Rules,
     /// Everything: native nftables keeps its sets in its own tables.
     Everything,
-}
-
-/// Whether a command commits an nf_tables transaction when it succeeds.
-pub fn commits_nf_tables(program: &str, args: &[&str]) -> bool {
-    if program.ends_with("tables-nft-restore") {
-        return true;
-    }
-    if program != "nft" {
-        return false;
-    }
-    if args.contains(&"-f") {
-        return true;
-    }
-    args.iter()
-        .find(|arg| !arg.starts_with('-'))
-        .is_some_and(|verb| {
-            matches!(
-                *verb,
-                "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "reset"
-            )
-        })
 }
 
 /// Every backend, in the order `--help` lists them.
@@ -302,8 +283,9 @@ impl<'r> Dataplane<'r> {
         self.backend.observe_written(self, plan)
     }
 
-    /// Carries out a plan that leads to `desired` (see [`Backend::write`]).
-    pub fn apply(&self, plan: &Plan, desired: &State) -> Result<(), DataplaneError> {
+    /// Carries out a plan that leads to `desired`, saying how many nf_tables transactions it
+    /// committed (see [`Backend::write`]).
+    pub fn apply(&self, plan: &Plan, desired: &State) -> Result<u32, DataplaneError> {
         self.backend.write(self, plan, desired)
     }
 }

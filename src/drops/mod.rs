@@ -300,13 +300,9 @@ impl Recent {
     }
 
     /// How many it holds.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -374,6 +370,7 @@ pub struct DropCounts {
 
 impl DropCounts {
     /// Counts a packet if it was dropped.
+    #[cfg(test)]
     pub fn count(&mut self, verdict: &Verdict) {
         self.count_n(verdict, 1);
     }

@@ -394,16 +394,6 @@ impl Resolver {
         Resolver { known }
     }
 
-    /// How many prefixes it knows.
-    pub fn len(&self) -> usize {
-        self.known.len()
-    }
-
-    /// Whether it knows none.
-    pub fn is_empty(&self) -> bool {
-        self.known.is_empty()
-    }
-
     /// What `prefix` means under these policies. A staged prefix not in them is decoded from
     /// its text (the name is spelled out in it); a hashed or foreign one, or one whose policy
     /// rule the policies do not have, is unknown.

@@ -276,8 +276,9 @@ impl<'a> Engine<'a> {
         observation: Option<&view::Observation>,
         index: &AppliedIndex,
     ) -> Result<Written, reconcile::ReconcileError> {
-        let (outcome, commits) = reconcile::write_counting(dataplane, desired, before, changes)?;
+        let outcome = reconcile::write_planned(dataplane, desired, before, changes)?;
         // What was written and verified is the kernel's now, if nobody else wrote meanwhile.
+        let commits = outcome.commits;
         if let Some(saved) = observation
             .and_then(|observation| view::after_write(dataplane, observation, commits, desired))
         {

@@ -19,6 +19,9 @@ pub struct Outcome {
     pub before: State,
     /// How long applying and verifying took.
     pub elapsed: Duration,
+    /// How many nf_tables transactions the write committed (see
+    /// [`crate::dataplane::Backend::write`]).
+    pub commits: u32,
 }
 
 impl Outcome {
@@ -82,16 +85,19 @@ pub fn write_planned(
             plan: changes,
             before,
             elapsed: started.elapsed(),
+            commits: 0,
         });
     }
-    let result = dataplane
-        .apply(&changes, desired)
-        .and_then(|()| verify(dataplane, desired, &changes));
+    let result = dataplane.apply(&changes, desired).and_then(|commits| {
+        verify(dataplane, desired, &changes)?;
+        Ok(commits)
+    });
     match result {
-        Ok(()) => Ok(Outcome {
+        Ok(commits) => Ok(Outcome {
             plan: changes,
             before,
             elapsed: started.elapsed(),
+            commits,
         }),
         Err(error) => {
             tracing::error!(%error, "apply failed; restoring the previous rules");
@@ -271,11 +277,9 @@ pub fn reconcile_after(
             )
         }
     };
-    let counting = Counting::new(dataplane.runner);
-    let outcome = apply_against(&dataplane.with_runner(&counting), desired, before)?;
-    let commits = counting.commits();
+    let outcome = apply_against(&dataplane, desired, before)?;
     if let (Some(from), Some(now)) = (valid_from, read_sign(&dataplane))
-        && now.follows(from, commits)
+        && now.follows(from, outcome.commits)
     {
         // Written and verified, or found to need nothing: either way the kernel holds what the
         // planner compares of `desired`, so the view shares it rather than keeping a copy.
@@ -285,85 +289,6 @@ pub fn reconcile_after(
         });
     }
     Ok((outcome, read))
-}
-
-/// [`write_planned`], also saying how many nf_tables transactions its writes committed (what
-/// [`view::after_write`] needs to know that nobody else committed meanwhile).
-pub fn write_counting(
-    dataplane: &Dataplane<'_>,
-    desired: &State,
-    before: State,
-    changes: Plan,
-) -> Result<(Outcome, u32), ReconcileError> {
-    let counting = Counting::new(dataplane.runner);
-    let outcome = write_planned(&dataplane.with_runner(&counting), desired, before, changes)?;
-    Ok((outcome, counting.commits()))
-}
-
-/// A runner that counts the nf_tables transactions it committed: each successful
-/// `iptables-nft-restore`, `ip6tables-nft-restore`, `nft -f` or changing `nft` command is one
-/// commit, one step of the generation.
-struct Counting<'r> {
-    inner: &'r dyn crate::dataplane::Runner,
-    commits: std::sync::atomic::AtomicU32,
-}
-
-impl<'r> Counting<'r> {
-    fn new(inner: &'r dyn crate::dataplane::Runner) -> Counting<'r> {
-        Counting {
-            inner,
-            commits: std::sync::atomic::AtomicU32::new(0),
-        }
-    }
-
-    fn commits(&self) -> u32 {
-        self.commits.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl crate::dataplane::Runner for Counting<'_> {
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> std::io::Result<crate::dataplane::Output> {
-        let output = self.inner.run(program, args, stdin)?;
-        if output.success && crate::dataplane::commits_nf_tables(program, args) {
-            self.commits
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        Ok(output)
-    }
-
-    fn exists(&self, program: &str) -> bool {
-        self.inner.exists(program)
-    }
-
-    fn run_lines(
-        &self,
-        program: &str,
-        args: &[&str],
-        line: &mut dyn FnMut(&str) -> bool,
-    ) -> std::io::Result<crate::dataplane::Output> {
-        self.inner.run_lines(program, args, line)
-    }
-
-    fn nft_generation(&self) -> Option<u32> {
-        self.inner.nft_generation()
-    }
-
-    fn xtables_digest(&self) -> Option<u128> {
-        self.inner.xtables_digest()
-    }
-
-    fn namespace_identity(&self) -> Option<String> {
-        self.inner.namespace_identity()
-    }
-
-    fn holds_xtables_lock(&self) -> bool {
-        self.inner.holds_xtables_lock()
-    }
 }
 
 /// Reads back what `written` wrote and checks that the kernel holds `desired` there. What the

@@ -733,7 +733,16 @@ fn a_small_write_is_verified_by_listing_only_its_chains() {
 // ---------------------------------------------------------------------------------------------
 // The command line's saved view (view::observe, view::after_write).
 
-use crate::reconcile::{view, write_counting};
+use crate::reconcile::{view, write_planned};
+
+/// Writes the plan from `before` to `desired`, and says how many nf_tables transactions that
+/// committed.
+fn commits_writing(dataplane: &Dataplane<'_>, desired: &State, before: State) -> u32 {
+    let changes = crate::plan::plan(desired, &before);
+    write_planned(dataplane, desired, before, changes)
+        .expect("apply")
+        .commits
+}
 
 /// A view as the state directory keeps it: written out as JSON and read back.
 fn kept(saved: view::SavedView) -> view::SavedView {
@@ -754,13 +763,7 @@ fn view_after_apply(
         "{backend}: a still kernel read whole is kept"
     );
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let (_, commits) = write_counting(
-        &dataplane,
-        desired,
-        before.clone(),
-        crate::plan::plan(desired, &before),
-    )
-    .expect("apply");
+    let commits = commits_writing(&dataplane, desired, before);
     let saved = view::after_write(&dataplane, &observed, commits, desired)
         .expect("the generation moved by our commits alone");
     kept(saved)
@@ -775,13 +778,7 @@ fn iptables_legacy_keeps_no_view() {
     let mut observed = view::observe(&dataplane, None);
     assert!(observed.save.is_none());
     let before = std::mem::replace(&mut observed.state, Ok(State::default())).expect("observe");
-    let (_, commits) = write_counting(
-        &dataplane,
-        &desired,
-        before.clone(),
-        crate::plan::plan(&desired, &before),
-    )
-    .expect("apply");
+    let commits = commits_writing(&dataplane, &desired, before);
     assert!(view::after_write(&dataplane, &observed, commits, &desired).is_none());
     let observed = view::observe(&dataplane, None);
     assert_eq!(
@@ -848,13 +845,7 @@ fn a_foreign_commit_during_a_write_keeps_no_view_after_it() {
             .foreign("nft", &["-f", "-"], "add table inet someone_else\n");
         assert!(output.success, "{}", output.stderr);
         let desired = backend.desired(&policy("nodeport-whitelist"));
-        let (_, commits) = write_counting(
-            &dataplane,
-            &desired,
-            before.clone(),
-            crate::plan::plan(&desired, &before),
-        )
-        .expect("apply");
+        let commits = commits_writing(&dataplane, &desired, before);
         assert!(
             view::after_write(&dataplane, &observed, commits, &desired).is_none(),
             "{backend}"

@@ -263,7 +263,7 @@ impl FakeKernel {
     pub fn foreign(&self, program: &str, args: &[&str], stdin: &str) -> Output {
         let mut inner = self.lock();
         let (result, _) = dispatch(&mut inner.kernel, &[], program, args, Some(stdin));
-        if result.success && super::commits_nf_tables(program, args) {
+        if result.success && commits_nf_tables(program, args) {
             inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
         }
         result
@@ -440,7 +440,7 @@ impl Runner for FakeKernel {
         } else {
             dispatch(&mut inner.kernel, &[], program, args, text.as_deref()).0
         };
-        if result.success && super::commits_nf_tables(program, args) {
+        if result.success && commits_nf_tables(program, args) {
             inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
         }
         inner.log.push(Invocation {
@@ -480,4 +480,25 @@ impl Runner for FakeKernel {
     fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
         Some(Box::new(self))
     }
+}
+
+/// Whether a command commits an nf_tables transaction when it succeeds.
+fn commits_nf_tables(program: &str, args: &[&str]) -> bool {
+    if program.ends_with("tables-nft-restore") {
+        return true;
+    }
+    if program != "nft" {
+        return false;
+    }
+    if args.contains(&"-f") {
+        return true;
+    }
+    args.iter()
+        .find(|arg| !arg.starts_with('-'))
+        .is_some_and(|verb| {
+            matches!(
+                *verb,
+                "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "reset"
+            )
+        })
 }

@@ -115,7 +115,7 @@ impl Backend for Iptables {
         dataplane: &Dataplane<'_>,
         plan: &Plan,
         _desired: &State,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<u32, DataplaneError> {
         apply(self, dataplane, plan)
     }
 
@@ -369,12 +369,15 @@ fn read_set(runner: &dyn super::Runner, name: &str) -> Result<super::Output, Dat
     }
 }
 
-/// Applies a plan.
+/// Applies a plan: the ipsets it creates or changes, one restore per table, then the ipsets it
+/// destroys. Returns the nf_tables transactions committed: one per restore with iptables-nft
+/// (and one per base chain or table it removes), none with iptables-legacy.
 fn apply(
     iptables: &Iptables,
     dataplane: &Dataplane<'_>,
     plan: &Plan,
-) -> Result<(), DataplaneError> {
+) -> Result<u32, DataplaneError> {
+    let mut commits = 0;
     let sets = ipset_script(plan);
     if !sets.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
@@ -403,6 +406,7 @@ fn apply(
             &["--noflush", "--wait", LOCK_WAIT_SECONDS],
             Some(&script),
         )?;
+        commits += u32::from(!iptables.legacy);
         if busy || output.stderr.contains("lock") {
             tracing::warn!(
                 table = %table.key,
@@ -413,13 +417,13 @@ fn apply(
         }
     }
     if !iptables.legacy {
-        base_chains::remove_created(dataplane, plan);
+        commits += base_chains::remove_created(dataplane, plan);
     }
     let destroy = ipset_destroy_script(plan);
     if !destroy.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
-    Ok(())
+    Ok(commits)
 }
 
 /// Whether another process holds the xtables lock at `path` now. The file is never created; a
@@ -559,11 +563,18 @@ mod base_chains {
         }
     }
 
-    pub fn remove_created(dataplane: &Dataplane<'_>, plan: &Plan) {
+    /// Removes the base chains and tables our jumps made exist once our last jump leaves
+    /// them; returns how many it removed (each an nf_tables commit).
+    pub fn remove_created(dataplane: &Dataplane<'_>, plan: &Plan) -> u32 {
         let mut created = load(dataplane);
         if created.is_empty() || !dataplane.runner.exists("nft") {
-            return;
+            return 0;
         }
+        let mut removed = 0;
+        let mut delete = |args: &[&str]| {
+            let deleted = dataplane.runner.run("nft", args, None);
+            removed += u32::from(deleted.is_ok_and(|output| output.success));
+        };
         let runner = dataplane.runner;
         for table in &plan.tables {
             let family = nft_family(table.key.family);
@@ -576,8 +587,7 @@ mod base_chains {
                 let empty = list_chain(runner, table.key.family, table.key.table, &hook.chain)
                     .is_some_and(|listing| is_empty_accepting(&listing));
                 if empty {
-                    let _ =
-                        runner.run("nft", &["delete", "chain", family, name, &hook.chain], None);
+                    delete(&["delete", "chain", family, name, &hook.chain]);
                 }
             }
             let table_key = (table.key.family, table.key.table, String::new());
@@ -596,11 +606,12 @@ mod base_chains {
                                 .any(|line| line.trim_start().starts_with("chain "))
                     });
                 if no_chains {
-                    let _ = runner.run("nft", &["delete", "table", family, name], None);
+                    delete(&["delete", "table", family, name]);
                 }
             }
         }
         store(dataplane, &created);
+        removed
     }
 
     #[cfg(test)]

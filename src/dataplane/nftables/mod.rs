@@ -71,7 +71,7 @@ impl Backend for Nftables {
         dataplane: &Dataplane<'_>,
         plan: &Plan,
         desired: &State,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<u32, DataplaneError> {
         apply(dataplane, plan, desired)
     }
 
@@ -400,14 +400,14 @@ fn incremental_family(out: &mut String, family: IpFamily, plan: &Plan, desired: 
     }
 }
 
-/// Applies a plan in one `nft -f` transaction.
-fn apply(dataplane: &Dataplane<'_>, plan: &Plan, desired: &State) -> Result<(), DataplaneError> {
+/// Applies a plan in one `nft -f` transaction (none when there is nothing to write).
+fn apply(dataplane: &Dataplane<'_>, plan: &Plan, desired: &State) -> Result<u32, DataplaneError> {
     let script = script(plan, desired);
     if script.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     run_checked(dataplane.runner, "nft", &["-f", "-"], Some(&script))?;
-    Ok(())
+    Ok(1)
 }
 
 #[cfg(test)]
