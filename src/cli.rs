@@ -152,6 +152,21 @@ pub enum Command {
         #[arg(long)]
         detailed_exitcode: bool,
     },
+    /// Every port of this host another host can reach, and who may reach it: sockets listening
+    /// on (TCP) or bound to (UDP) a non-loopback address, with their process, and every port
+    /// nat PREROUTING DNATs (kube-proxy NodePorts, docker published ports, hand-written rules),
+    /// with the Service or container; for each, `anyone`, `nobody` or the source networks the
+    /// policies let through, and the policy rule (or failsafe port) that decides. Read-only:
+    /// changes nothing in the kernel and needs no daemon. Judged under the policies last
+    /// applied, or the policy files when nothing is applied (it says which).
+    Exposure {
+        /// Print JSON (`kind: Exposure`)
+        #[arg(long)]
+        json: bool,
+        /// Exit 2 when a published (DNATed) port is open to anyone, 0 when none is, 1 on error
+        #[arg(long)]
+        detailed_exitcode: bool,
+    },
     /// Follow one packet through the policies, without the kernel: the host endpoint, failsafe
     /// ports, each tier and policy with the rule that matched, the marks, and the verdict.
     Trace(TraceArgs),

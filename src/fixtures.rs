@@ -30,6 +30,35 @@ spec:
         ports: [30008]
 ";
 
+/// Ingress denied everywhere: a normal policy on every host endpoint, forwarded traffic
+/// included, with no rule (Calico's default deny at the end of its tier). Only failsafe ports
+/// stay open.
+pub const DENY_ALL: &str = "\
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: deny-all
+spec:
+  selector: all()
+  applyOnForward: true
+  types: [Ingress]
+";
+
+/// The policies of `yaml` (one file, `policies.yaml`), validated.
+///
+/// # Panics
+///
+/// When they are invalid: a fixture's input is valid.
+pub fn model(yaml: &str) -> crate::model::Model {
+    let file = crate::counters::PolicyFile {
+        path: PathBuf::from("policies.yaml"),
+        text: yaml.to_owned(),
+    };
+    let set = crate::policy_set::from_files(&[file]);
+    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    set.model
+}
+
 /// The example policies in `policies/`, sorted (each has a golden file in `tests/golden/`).
 ///
 /// # Panics

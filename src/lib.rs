@@ -20,6 +20,7 @@ pub mod diagnostic;
 pub(crate) mod digest;
 pub(crate) mod drops;
 pub(crate) mod engine;
+pub(crate) mod exposure;
 pub mod facts;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

@@ -12,6 +12,7 @@ pub mod apply;
 pub mod cleanup;
 pub mod confirm;
 pub mod drops;
+pub mod exposure;
 pub mod generate;
 pub mod output;
 pub mod plan;
@@ -98,6 +99,12 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
             detailed_exitcode,
         } => with_settings(global, |s| {
             status::run(&s, local, *json, *detailed_exitcode)
+        }),
+        Command::Exposure {
+            json,
+            detailed_exitcode,
+        } => with_settings(global, |s| {
+            exposure::run(&s, local, *json, *detailed_exitcode)
         }),
         Command::Trace(args) => with_settings(global, |s| trace::run(&s, args)),
         Command::Drops(args) => with_settings(global, |s| drops::run(&s, args)),

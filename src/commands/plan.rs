@@ -68,6 +68,11 @@ pub fn run(
         engine.established_cuts(prepared)
     };
     let promotions = engine::promotions(&prepared.compiled.names, &prepared.desired, observed);
+    let opened = if changes.is_empty() {
+        Vec::new()
+    } else {
+        engine.opened_published_ports(prepared)
+    };
     if json {
         let warnings: Vec<String> = prepared
             .compiled
@@ -85,6 +90,7 @@ pub fn run(
                 "cutOff": cut_off.as_ref().map(|impact| &impact.cuts),
                 "established": established.as_ref().map(|report| established_json(report, settings.config.revoke_established)),
                 "promotions": promotions,
+                "openedPublishedPorts": opened,
                 "plan": changes,
             }),
         );
@@ -101,6 +107,9 @@ pub fn run(
         }
         if let Some(report) = &established {
             print_established(report, settings.config.revoke_established);
+        }
+        for line in &opened {
+            println!("warning: {line}");
         }
     }
     if let Some(path) = out {

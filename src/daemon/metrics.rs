@@ -61,6 +61,10 @@ pub struct Metrics {
     pub last_sync_timestamp: u64,
     /// The configured `resyncInterval`, so that alerts can say "longer than a resync".
     pub resync_interval_seconds: f64,
+    /// Ports other hosts can reach, by who may and how (`None` until the first audit).
+    pub exposed_ports: Option<
+        std::collections::BTreeMap<(crate::exposure::Reachable, crate::exposure::Via), usize>,
+    >,
 }
 
 /// Metrics shared between the loop and the server.
@@ -285,6 +289,27 @@ fn drop_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(
         "1 when the daemon reads the NFLOG groups (0: drop logging off, or another program holds a group).",
         &[(String::new(), u8::from(metrics.drops_listening).to_string())],
     );
+    if let Some(exposed) = &metrics.exposed_ports {
+        let lines: Vec<(String, String)> = exposed
+            .iter()
+            .map(|((reachable, via), count)| {
+                (
+                    format!(
+                        "{{reachable=\"{}\",via=\"{}\"}}",
+                        reachable.as_str(),
+                        via.as_str()
+                    ),
+                    count.to_string(),
+                )
+            })
+            .collect();
+        metric(
+            "nodeport_guard_exposed_ports",
+            "gauge",
+            "Ports of this host other hosts can reach (listening sockets, DNAT rules), by who the policies applied let reach them.",
+            &lines,
+        );
+    }
 }
 
 /// Serves `/metrics` and `/healthz` on `listener`. `counters` reads the kernel counters (it
@@ -385,10 +410,37 @@ mod tests {
             "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\",tier=\"default\"} 5\n"
         ));
         assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 0\n"));
+        assert!(
+            !text.contains("nodeport_guard_exposed_ports"),
+            "no audit yet: no sample"
+        );
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");
         }
+    }
+
+    #[test]
+    fn renders_exposed_ports_by_reach_and_way() {
+        use crate::exposure::{Reachable, Via};
+        let exposed = [
+            (Reachable::Anyone, Via::Dnat, 2),
+            (Reachable::Some, Via::Dnat, 1),
+            (Reachable::Nobody, Via::Socket, 0),
+        ];
+        let metrics = Metrics {
+            exposed_ports: Some(exposed.iter().map(|&(r, v, n)| ((r, v), n)).collect()),
+            ..Metrics::default()
+        };
+        let text = render(&metrics, &[]);
+        assert!(text.contains("# TYPE nodeport_guard_exposed_ports gauge\n"));
+        assert!(
+            text.contains("nodeport_guard_exposed_ports{reachable=\"anyone\",via=\"dnat\"} 2\n")
+        );
+        assert!(text.contains("nodeport_guard_exposed_ports{reachable=\"some\",via=\"dnat\"} 1\n"));
+        assert!(
+            text.contains("nodeport_guard_exposed_ports{reachable=\"nobody\",via=\"socket\"} 0\n")
+        );
     }
 
     #[test]

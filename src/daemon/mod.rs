@@ -15,6 +15,7 @@
 
 mod debounce;
 pub mod drops;
+mod exposed;
 pub mod metrics;
 pub mod netlink;
 mod reload;

@@ -427,6 +427,14 @@ impl Daemon {
             record_ms = ms(phases.written_at.elapsed()),
             "recorded the applied state"
         );
+        super::exposed::refresh(
+            &self.metrics,
+            &self.runner,
+            &set.fingerprint,
+            &set.model,
+            &self.settings.config,
+            &facts,
+        );
         self.last_good = Some(LastGood {
             fingerprint: set.fingerprint,
             facts,

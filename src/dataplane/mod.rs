@@ -14,6 +14,7 @@ pub mod detect;
 pub mod fake;
 pub mod iptables;
 pub mod namespace;
+pub mod nat;
 pub mod nfgen;
 pub mod nftables;
 pub mod runner;

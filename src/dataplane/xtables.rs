@@ -6,10 +6,9 @@
 //! leaves both as they were, so they cannot tell that nothing changed. `IPT_SO_GET_ENTRIES`
 //! gives the table itself: the blob `iptables-legacy-save` decodes, in one more `getsockopt`.
 //! Its bytes, with each rule's packet and byte counters zeroed (they move with traffic), are
-//! the same exactly when the rules are, so their digest is the sign a cached view needs. At
-//! 17,305 rules a reading takes 25–28 ms, three quarters of it in the kernel (which sums each
-//! rule's per-CPU counters and copies each match out on its own); `iptables-legacy-save` of
-//! the same tables takes 35–50 ms and leaves the text still to be parsed.
+//! the same exactly when the rules are, so their digest is the sign a cached view needs. It is
+//! cheaper than `iptables-legacy-save` of the same tables, which also leaves text to parse
+//! (`docs/performance.md` has the figures).
 //!
 //! The digest only proves that nothing changed between two readings. That what the daemon
 //! wrote in between is all that changed needs the xtables lock (`/run/xtables.lock`, which
@@ -93,7 +92,7 @@ pub fn digest() -> io::Result<u128> {
 
 /// The tables of `family` in the network namespace of this thread (`/proc/net` is that of the
 /// process's first thread).
-fn names_file(family: IpFamily) -> &'static str {
+pub(crate) fn names_file(family: IpFamily) -> &'static str {
     match family {
         IpFamily::V4 => "/proc/thread-self/net/ip_tables_names",
         IpFamily::V6 => "/proc/thread-self/net/ip6_tables_names",

@@ -1,6 +1,7 @@
 //! The policies last applied, as the state directory recorded them: validated once per
 //! engine, and what a plan says with them (the policies of deleted chains, what a change cuts
-//! off, the established connections it cuts, promotions between staged and enforced).
+//! off, the established connections it cuts, the published ports it opens, promotions between
+//! staged and enforced).
 
 use std::collections::HashMap;
 
@@ -135,6 +136,23 @@ impl Engine<'_> {
         self.revoke(before.as_ref(), &prepared.model, &prepared.facts, false)
             .map_err(|error| tracing::debug!("cannot count established connections: {error}"))
             .ok()
+    }
+
+    /// The published (DNATed) ports the policies last applied guarded (some sources or none)
+    /// and `prepared` would leave open to anyone, in words (`exposure::newly_open`, on the nat
+    /// rules read now); none when nothing was recorded as applied.
+    pub fn opened_published_ports(&self, prepared: &Prepared) -> Vec<String> {
+        let Some(before) = self.applied_model() else {
+            return Vec::new();
+        };
+        let (dnat, _) = crate::exposure::scan::published(self.runner);
+        crate::exposure::newly_open(
+            &dnat,
+            &before,
+            &prepared.model,
+            &self.settings.config,
+            &prepared.facts,
+        )
     }
 }
 

@@ -5,17 +5,7 @@
 use std::net::IpAddr;
 
 use super::*;
-use crate::fixtures::golden_host;
-use crate::policy_set;
-
-/// The policies in `yaml`, validated (panics on invalid input: the tests' input is valid).
-fn model(yaml: &str) -> Model {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("policies.yaml"), yaml).expect("write");
-    let set = policy_set::load(&[dir.path().to_path_buf()]);
-    assert!(set.is_valid(), "{:?}", set.diagnostics);
-    set.model
-}
+use crate::fixtures::{golden_host, model};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().expect("address")

@@ -136,41 +136,7 @@ fn output(code: i32, stdout: String, stderr: String) -> Output {
     }
 }
 
-/// Splits a line into words the way the restore programs do: whitespace separates, double
-/// quotes group (and are removed), a backslash escapes a quote inside them.
-pub(crate) fn split_words(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut current = String::new();
-    let mut quoted = false;
-    let mut in_word = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if quoted && chars.peek() == Some(&'"') => {
-                current.push('"');
-                chars.next();
-            }
-            '"' => {
-                quoted = !quoted;
-                in_word = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if in_word {
-                    words.push(std::mem::take(&mut current));
-                    in_word = false;
-                }
-            }
-            c => {
-                current.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        words.push(current);
-    }
-    words
-}
+pub(crate) use crate::dataplane::iptables::parse::split_words;
 
 impl FakeKernel {
     /// An empty kernel: no tables, chains, rules or sets.

@@ -1,0 +1,468 @@
+//! `exposure`: every port of this host that a packet from another host can reach, and who may
+//! reach it under the policies.
+//!
+//! The inventory comes from the kernel and is read, never written: the sockets listening on
+//! (TCP) or bound to (UDP) a non-loopback address (`system::sockets`), and the DNAT rules that
+//! nat `PREROUTING` reaches, in iptables (`xtables`: kube-proxy's iptables mode, docker's
+//! iptables firewall, hand-written rules) and in other programs' nftables tables (`nft`:
+//! kube-proxy's nftables mode and its NodePort map, docker's nftables firewall). Both parsers
+//! are pure and follow jumps, gotos and verdict maps from the hooked chain to each DNAT,
+//! carrying the protocol, port and destination the way there requires.
+//!
+//! Who may reach a port is worked out by `reach` with the evaluator `trace` uses: the source
+//! space is cut at every boundary of every net the policies name, one packet per piece is
+//! traced, and the pieces let through are put back together as CIDRs.
+
+pub mod nft;
+pub mod reach;
+pub mod scan;
+pub mod xtables;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model};
+
+/// The transport protocols a port belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Transport {
+    /// By name, as iptables and nft print it.
+    pub fn parse(name: &str) -> Option<Transport> {
+        match name {
+            "tcp" | "6" => Some(Transport::Tcp),
+            "udp" | "17" => Some(Transport::Udp),
+            _ => None,
+        }
+    }
+
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Transport::Tcp => 6,
+            Transport::Udp => 17,
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        })
+    }
+}
+
+/// Which destination addresses a DNAT rule applies to, as the path to it requires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Destination {
+    /// Any address (no condition on the destination).
+    Any,
+    /// The host's own addresses (`-m addrtype --dst-type LOCAL`, `fib daddr type local`).
+    Local,
+    /// Addresses in this net.
+    Net(IpNet),
+}
+
+/// One DNAT rule that nat `PREROUTING` reaches: a published port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dnat {
+    /// Its family.
+    pub family: IpFamily,
+    /// The protocol it requires.
+    pub protocol: Transport,
+    /// The destination port it requires.
+    pub port: u16,
+    /// The destination it requires.
+    pub destination: Destination,
+    /// Where it sends the packet, as the rule writes it (`192.0.2.2:80`).
+    pub target: String,
+    /// The Service or container, when the rules name it.
+    pub owner: Option<String>,
+}
+
+/// A socket listening on (TCP) or bound to (UDP) an address.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Listening {
+    /// The protocol.
+    pub protocol: Transport,
+    /// The address (the unspecified address for every address).
+    pub address: IpAddr,
+    /// The port.
+    pub port: u16,
+    /// For an IPv6 socket on `::`, whether it also takes IPv4 (not `IPV6_V6ONLY`).
+    pub dual_stack: bool,
+    /// The owning processes' names, where the kernel tells them.
+    pub processes: Vec<String>,
+}
+
+/// What the kernel shows of ports reachable from outside.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// Listening and bound sockets (loopback ones included: [`assess`] leaves them out).
+    pub sockets: Vec<Listening>,
+    /// DNAT rules reached from nat `PREROUTING`.
+    pub dnat: Vec<Dnat>,
+    /// What could not be listed, in words.
+    pub notes: Vec<String>,
+}
+
+/// How a port is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// A socket of this host.
+    Socket,
+    /// A DNAT rule (a published port).
+    Dnat,
+}
+
+impl Via {
+    /// The word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Socket => "socket",
+            Via::Dnat => "dnat",
+        }
+    }
+}
+
+/// Who may reach a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reachable {
+    /// Every source.
+    Anyone,
+    /// Some sources (listed in `allowed`).
+    Some,
+    /// No source.
+    Nobody,
+}
+
+impl Reachable {
+    /// The word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reachable::Anyone => "anyone",
+            Reachable::Some => "some",
+            Reachable::Nobody => "nobody",
+        }
+    }
+}
+
+/// One port reachable from outside, and who may reach it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exposed {
+    /// `tcp` or `udp`.
+    pub protocol: Transport,
+    /// The port packets arrive for.
+    pub port: u16,
+    /// `ipv4` or `ipv6`.
+    #[serde(serialize_with = "family_word")]
+    pub family: IpFamily,
+    /// A socket or a DNAT rule.
+    pub via: Via,
+    /// The DNAT destination, or the listening address.
+    pub target: String,
+    /// The process, Service or container, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Anyone, some sources or nobody.
+    pub reachable_from: Reachable,
+    /// The source networks allowed, when `some`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<IpNet>,
+    /// The policy rules (or failsafe port, or absence of policy) that decide, in words,
+    /// separated by `; `.
+    pub decided_by: String,
+}
+
+fn family_word<S: serde::Serializer>(family: &IpFamily, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(match family {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    })
+}
+
+/// Every port of `inventory` that another host can reach, with who may reach it under
+/// `model`: ports open to anyone first, DNATed ports before sockets, then by port.
+pub fn assess(
+    inventory: &Inventory,
+    model: &Model,
+    config: &Config,
+    host: &HostFacts,
+) -> Vec<Exposed> {
+    let reacher = reach::Reacher::new(model, config, host);
+    let own = host.own_addresses(&config.host_interface_exclude);
+    let mut exposed = Vec::new();
+    for dnat in published(&inventory.dnat, &own) {
+        let reach = reacher.reach(&dnat_port(&dnat, &own));
+        exposed.push(Exposed {
+            protocol: dnat.protocol,
+            port: dnat.port,
+            family: dnat.family,
+            via: Via::Dnat,
+            target: dnat.target.clone(),
+            owner: dnat.owner.clone(),
+            reachable_from: reach.reachable,
+            allowed: reach.allowed,
+            decided_by: reach.decided_by.join("; "),
+        });
+    }
+    for (family, socket) in outside_sockets(&inventory.sockets) {
+        let address = (!socket.address.is_unspecified()).then_some(socket.address);
+        let reach = reacher.reach(&reach::Port {
+            family,
+            protocol: socket.protocol,
+            port: socket.port,
+            address,
+            forwarded: false,
+        });
+        let owner = (!socket.processes.is_empty()).then(|| socket.processes.join(", "));
+        exposed.push(Exposed {
+            protocol: socket.protocol,
+            port: socket.port,
+            family,
+            via: Via::Socket,
+            target: std::net::SocketAddr::new(socket.address, socket.port).to_string(),
+            owner,
+            reachable_from: reach.reachable,
+            allowed: reach.allowed,
+            decided_by: reach.decided_by.join("; "),
+        });
+    }
+    exposed.sort_by(|a, b| {
+        (
+            a.reachable_from,
+            a.via == Via::Socket,
+            a.port,
+            a.protocol,
+            a.family,
+            &a.target,
+        )
+            .cmp(&(
+                b.reachable_from,
+                b.via == Via::Socket,
+                b.port,
+                b.protocol,
+                b.family,
+                &b.target,
+            ))
+    });
+    exposed
+}
+
+/// The DNAT rules a packet from another host can meet: those for any destination, for the
+/// host's own addresses, or for a net holding one of them (not loopback ones: a published
+/// `127.0.0.1:5432` only the host reaches). One entry per family, protocol, port and
+/// destination, its targets joined.
+fn published<'d>(rules: &'d [Dnat], own: &[IpAddr]) -> Vec<Dnat> {
+    let mut merged: BTreeMap<(IpFamily, Transport, u16, Destination), Dnat> = BTreeMap::new();
+    let reachable = |dnat: &&'d Dnat| match dnat.destination {
+        Destination::Any | Destination::Local => true,
+        Destination::Net(net) => own
+            .iter()
+            .any(|address| !address.is_loopback() && net.contains(address)),
+    };
+    for dnat in rules.iter().filter(reachable) {
+        let key = (dnat.family, dnat.protocol, dnat.port, dnat.destination);
+        match merged.get_mut(&key) {
+            Some(entry) => {
+                if !entry.target.split(", ").any(|target| target == dnat.target) {
+                    entry.target.push_str(", ");
+                    entry.target.push_str(&dnat.target);
+                }
+                if entry.owner.is_none() {
+                    entry.owner.clone_from(&dnat.owner);
+                }
+            }
+            None => {
+                merged.insert(key, dnat.clone());
+            }
+        }
+    }
+    merged.into_values().collect()
+}
+
+/// The address of a DNAT target (`192.0.2.2:80`, `[2001:db8::2]:80`, `192.0.2.2`).
+fn target_address(target: &str) -> Option<IpAddr> {
+    let first = target.split(", ").next()?;
+    if let Ok(socket) = first.parse::<std::net::SocketAddr>() {
+        return Some(socket.ip());
+    }
+    first
+        .trim_start_matches('[')
+        .split(']')
+        .next()
+        .and_then(|address| address.parse().ok())
+}
+
+/// The sockets another host can reach, with their family: not on a loopback address; a
+/// dual-stack IPv6 socket on `::` once per family. Sockets sharing an address and port (as
+/// with `SO_REUSEPORT`) are one, their processes joined.
+fn outside_sockets(sockets: &[Listening]) -> Vec<(IpFamily, Listening)> {
+    let mut merged: BTreeMap<(IpFamily, Transport, IpAddr, u16), Listening> = BTreeMap::new();
+    for socket in sockets {
+        if socket.address.is_loopback() || is_mapped_loopback(socket.address) {
+            continue;
+        }
+        let mut families = vec![IpFamily::of_addr(&socket.address)];
+        if socket.dual_stack && socket.address.is_unspecified() {
+            families.push(IpFamily::V4);
+        }
+        for family in families {
+            let key = (family, socket.protocol, socket.address, socket.port);
+            let entry = merged.entry(key).or_insert_with(|| Listening {
+                processes: Vec::new(),
+                ..socket.clone()
+            });
+            for process in &socket.processes {
+                if !entry.processes.contains(process) {
+                    entry.processes.push(process.clone());
+                }
+            }
+        }
+    }
+    merged
+        .into_iter()
+        .map(|((family, ..), socket)| (family, socket))
+        .collect()
+}
+
+fn is_mapped_loopback(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V4(_) => false,
+    }
+}
+
+/// How many ports are reachable by whom, per way: the daemon's
+/// `nodeport_guard_exposed_ports{reachable,via}`.
+pub fn counts(exposed: &[Exposed]) -> BTreeMap<(Reachable, Via), usize> {
+    let mut counts = BTreeMap::new();
+    for reachable in [Reachable::Anyone, Reachable::Some, Reachable::Nobody] {
+        for via in [Via::Socket, Via::Dnat] {
+            counts.insert((reachable, via), 0);
+        }
+    }
+    for port in exposed {
+        *counts.entry((port.reachable_from, port.via)).or_default() += 1;
+    }
+    counts
+}
+
+/// The port a DNAT rule publishes, as packets from other hosts meet it: on the host address
+/// its destination names (any of them for `LOCAL` or no condition), forwarded unless the
+/// target is the host itself.
+fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
+    let address = match dnat.destination {
+        Destination::Net(net) => own
+            .iter()
+            .find(|a| !a.is_loopback() && net.contains(*a))
+            .copied(),
+        Destination::Any | Destination::Local => None,
+    };
+    let to_host = target_address(&dnat.target)
+        .is_some_and(|target| target.is_loopback() || own.contains(&target));
+    reach::Port {
+        family: dnat.family,
+        protocol: dnat.protocol,
+        port: dnat.port,
+        address,
+        forwarded: !to_host,
+    }
+}
+
+/// Most packets `plan`'s warning traces per set of policies (pieces of the source space
+/// times published ports): past that it says so instead of delaying the plan.
+pub const MAX_PLAN_PACKETS: usize = 100_000;
+
+/// The published (DNATed) ports of `dnat` that `before` guarded (some sources or none) and
+/// `after` leaves open to anyone, in words: `plan`'s warning.
+pub fn newly_open(
+    dnat: &[Dnat],
+    before: &Model,
+    after: &Model,
+    config: &Config,
+    host: &HostFacts,
+) -> Vec<String> {
+    let own = host.own_addresses(&config.host_interface_exclude);
+    let ports = published(dnat, &own);
+    if ports.is_empty() {
+        return Vec::new();
+    }
+    let (was, now) = (
+        reach::Reacher::new(before, config, host),
+        reach::Reacher::new(after, config, host),
+    );
+    let work: usize = ports
+        .iter()
+        .map(|dnat| was.pieces(dnat.family).max(now.pieces(dnat.family)))
+        .sum();
+    if work > MAX_PLAN_PACKETS {
+        return vec![format!(
+            "what the change does to the {} published ports was not worked out ({work} packets to trace, more than {MAX_PLAN_PACKETS}): `nodeport-guard exposure` says who may reach them",
+            ports.len()
+        )];
+    }
+    ports
+        .iter()
+        .filter(|dnat| {
+            let port = dnat_port(dnat, &own);
+            now.open_to_anyone(&port) && !was.open_to_anyone(&port)
+        })
+        .map(|dnat| {
+            format!(
+                "published port {}/{} ({}, DNAT to {}{}) was guarded and would be open to anyone",
+                dnat.protocol,
+                dnat.port,
+                match dnat.family {
+                    IpFamily::V4 => "IPv4",
+                    IpFamily::V6 => "IPv6",
+                },
+                dnat.target,
+                dnat.owner
+                    .as_deref()
+                    .map(|owner| format!(", {owner}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// A DNAT in one line, for the parsers' tests: `V4 tcp/8000 Local -> 192.0.2.2:80 (owner)`.
+#[cfg(test)]
+fn describe(found: &[Dnat]) -> Vec<String> {
+    found
+        .iter()
+        .map(|dnat| {
+            format!(
+                "{:?} {}/{} {:?} -> {} ({})",
+                dnat.family,
+                dnat.protocol,
+                dnat.port,
+                dnat.destination,
+                dnat.target,
+                dnat.owner.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,471 @@
+//! The DNAT rules of other programs' nftables tables, read from `nft -j list ruleset`. Pure.
+//!
+//! The walk starts at every base chain of type `nat` on hook `prerouting` and follows `jump`,
+//! `goto` and verdict maps (named, as kube-proxy's `service-nodeports`, or anonymous, as its
+//! `numgen` endpoint choice), carrying what the rules and map keys on the way require:
+//! protocol (`meta l4proto`, `tcp dport`), destination port (`th dport`), destination address
+//! (`ip daddr`, `fib daddr type local`). A `dnat` met on the way is a published port.
+//! kube-proxy names the Service in its chain names (`external-HASH-ns/svc/tcp/port`) and in
+//! some map elements' comments; docker's `docker-bridges` tables DNAT to the container.
+//!
+//! The tables iptables-nft keeps (`ip nat`, `ip6 nat`) are read through `iptables-nft-save`
+//! instead (their rules are xtables matches JSON does not spell out), and nodeport-guard's own
+//! tables DNAT nothing.
+
+use std::collections::BTreeMap;
+
+use ipnet::IpNet;
+use serde_json::Value;
+
+use super::{Destination, Dnat, Transport};
+use crate::model::IpFamily;
+
+/// How deep jumps are followed.
+const MAX_DEPTH: usize = 16;
+
+/// The tables this reader leaves to `iptables-nft-save`: iptables-nft's.
+pub fn is_iptables_nft_table(family: &str, name: &str) -> bool {
+    matches!(family, "ip" | "ip6")
+        && matches!(name, "nat" | "filter" | "mangle" | "raw" | "security")
+}
+
+/// A rule: its statements and its comment.
+type RuleJson<'j> = (&'j [Value], Option<&'j str>);
+
+#[derive(Default)]
+struct Table<'j> {
+    chains: BTreeMap<&'j str, Vec<RuleJson<'j>>>,
+    maps: BTreeMap<&'j str, &'j [Value]>,
+    hooked: Vec<&'j str>,
+}
+
+/// What the path to a rule requires.
+#[derive(Clone, Debug)]
+struct Path {
+    protocol: Option<Transport>,
+    port: Option<u16>,
+    destination: Destination,
+    comment: Option<String>,
+    chain: String,
+}
+
+/// The DNAT rules reached from the nat prerouting base chains of `json` (the output of `nft
+/// -j list ruleset`), leaving out iptables-nft's and nodeport-guard's tables; notes on what
+/// cannot be listed. An error when the text is not nft's JSON.
+pub fn parse_ruleset(json: &str) -> Result<(Vec<Dnat>, Vec<String>), serde_json::Error> {
+    let document: Value = serde_json::from_str(json)?;
+    let empty = Vec::new();
+    let objects = document
+        .get("nftables")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let mut tables: BTreeMap<(&str, &str), Table<'_>> = BTreeMap::new();
+    for object in objects {
+        let Some((kind, body)) = object.as_object().and_then(|o| o.iter().next()) else {
+            continue;
+        };
+        let field = |name: &str| body.get(name).and_then(Value::as_str).unwrap_or("");
+        let (family, table) = (field("family"), field("table"));
+        if is_iptables_nft_table(family, table)
+            || table == crate::dataplane::nftables::render::TABLE
+        {
+            continue;
+        }
+        let entry = tables.entry((family, table)).or_default();
+        match kind.as_str() {
+            "chain" => {
+                let name = field("name");
+                entry.chains.entry(name).or_default();
+                if field("type") == "nat" && field("hook") == "prerouting" {
+                    entry.hooked.push(name);
+                }
+            }
+            "rule" => {
+                let expr = body
+                    .get("expr")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                let comment = body.get("comment").and_then(Value::as_str);
+                entry
+                    .chains
+                    .entry(field("chain"))
+                    .or_default()
+                    .push((expr, comment));
+            }
+            "map" => {
+                let elements = body
+                    .get("elem")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                entry.maps.insert(field("name"), elements);
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    let mut notes = Vec::new();
+    for ((family, name), table) in &tables {
+        let mut walk = Walk {
+            table,
+            table_name: name,
+            family: match *family {
+                "ip" => Some(IpFamily::V4),
+                "ip6" => Some(IpFamily::V6),
+                _ => None,
+            },
+            found: &mut found,
+            notes: &mut notes,
+            stack: Vec::new(),
+        };
+        for chain in &table.hooked {
+            let start = Path {
+                protocol: None,
+                port: None,
+                destination: Destination::Any,
+                comment: None,
+                chain: (*chain).to_owned(),
+            };
+            walk.chain(chain, start);
+        }
+    }
+    found.sort();
+    found.dedup();
+    notes.sort();
+    notes.dedup();
+    Ok((found, notes))
+}
+
+struct Walk<'t, 'j> {
+    table: &'t Table<'j>,
+    table_name: &'t str,
+    family: Option<IpFamily>,
+    found: &'t mut Vec<Dnat>,
+    notes: &'t mut Vec<String>,
+    stack: Vec<&'j str>,
+}
+
+impl<'j> Walk<'_, 'j> {
+    fn chain(&mut self, name: &str, path: Path) {
+        let Some((&name, rules)) = self.table.chains.get_key_value(name) else {
+            return;
+        };
+        if self.stack.len() >= MAX_DEPTH || self.stack.contains(&name) {
+            return;
+        }
+        self.stack.push(name);
+        let mut path = path;
+        path.chain = name.to_owned();
+        for (expr, comment) in rules {
+            let mut here = path.clone();
+            if let Some(comment) = comment {
+                here.comment = Some((*comment).to_owned());
+            }
+            if self.rule(expr, here) == Flow::Stop {
+                break;
+            }
+        }
+        self.stack.pop();
+    }
+
+    /// One rule: its matches narrow the path; its verdict, map or DNAT ends it.
+    fn rule(&mut self, expr: &[Value], mut path: Path) -> Flow {
+        let mut conditions = 0;
+        for statement in expr {
+            if let Some(found) = statement.get("match") {
+                conditions += 1;
+                if narrow_by_match(&mut path, found).is_none() {
+                    return Flow::Next;
+                }
+            } else if let Some(verdict) = verdict_target(statement) {
+                self.follow(verdict, path);
+                return Flow::Next;
+            } else if let Some(vmap) = statement.get("vmap") {
+                self.vmap(vmap, &path);
+                return Flow::Next;
+            } else if let Some(dnat) = statement.get("dnat") {
+                self.dnat(dnat, &path);
+                return Flow::Next;
+            } else if statement.get("return").is_some() && conditions == 0 {
+                return Flow::Stop;
+            }
+        }
+        Flow::Next
+    }
+
+    fn follow(&mut self, chain: &str, path: Path) {
+        self.chain(chain, path);
+    }
+
+    /// A verdict map: each element's key narrows the path along the map's key expression.
+    fn vmap(&mut self, vmap: &Value, path: &Path) {
+        let key = vmap.get("key").unwrap_or(&Value::Null);
+        let parts: Vec<&Value> = match key.get("concat").and_then(Value::as_array) {
+            Some(parts) => parts.iter().collect(),
+            None => vec![key],
+        };
+        let elements: &[Value] = match vmap.get("data") {
+            Some(Value::String(name)) => name
+                .strip_prefix('@')
+                .and_then(|name| self.table.maps.get(name).copied())
+                .unwrap_or(&[]),
+            Some(data) => data
+                .get("set")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice),
+            None => &[],
+        };
+        for element in elements {
+            let Some([value, verdict]) = element.as_array().map(Vec::as_slice) else {
+                continue;
+            };
+            let Some(target) = verdict_target(verdict) else {
+                continue;
+            };
+            let (value, comment) = match value.get("elem") {
+                Some(inner) => (
+                    inner.get("val").unwrap_or(&Value::Null),
+                    inner.get("comment").and_then(Value::as_str),
+                ),
+                None => (value, None),
+            };
+            let values: Vec<&Value> = match value.get("concat").and_then(Value::as_array) {
+                Some(values) => values.iter().collect(),
+                None => vec![value],
+            };
+            let mut next = path.clone();
+            if let Some(comment) = comment {
+                next.comment = Some(comment.to_owned());
+            }
+            let fits = parts
+                .iter()
+                .zip(&values)
+                .all(|(part, value)| narrow(&mut next, part, "==", value).is_some());
+            if fits {
+                let target = target.to_owned();
+                self.follow(&target, next);
+            }
+        }
+    }
+
+    fn dnat(&mut self, dnat: &Value, path: &Path) {
+        let address = dnat.get("addr").map(scalar).unwrap_or_default();
+        let port = dnat.get("port").and_then(Value::as_u64);
+        let family = self
+            .family
+            .or_else(|| address.parse().ok().map(|a| IpFamily::of_addr(&a)));
+        let target = match (port, address.contains(':')) {
+            (Some(port), true) => format!("[{address}]:{port}"),
+            (Some(port), false) => format!("{address}:{port}"),
+            (None, _) => address.clone(),
+        };
+        let (Some(family), Some(protocol), Some(port)) = (family, path.protocol, path.port) else {
+            self.notes.push(format!(
+                "a DNAT to `{target}` in nftables chain `{}` of table `{}` matches no single protocol and port: not listed",
+                path.chain, self.table_name
+            ));
+            return;
+        };
+        let owner = self.owner(path, &target);
+        self.found.push(Dnat {
+            family,
+            protocol,
+            port,
+            destination: path.destination,
+            target,
+            owner,
+        });
+    }
+
+    /// kube-proxy's Service, from an element's comment or from the chain names on the way
+    /// (`endpoint-HASH-ns/svc/tcp/port__addr/port`); docker's container.
+    fn owner(&self, path: &Path, target: &str) -> Option<String> {
+        if let Some(service) = path
+            .comment
+            .as_deref()
+            .and_then(super::xtables::service_name)
+        {
+            return Some(format!("Service {service}"));
+        }
+        if let Some(service) = self
+            .stack
+            .iter()
+            .rev()
+            .find_map(|chain| kube_proxy_service(chain))
+        {
+            return Some(format!("Service {service}"));
+        }
+        self.table_name
+            .starts_with("docker")
+            .then(|| format!("container {target}"))
+    }
+}
+
+#[derive(PartialEq)]
+enum Flow {
+    Next,
+    Stop,
+}
+
+/// `ns/svc:port` from one of kube-proxy's chain names (`service-HASH-ns/svc/tcp/port`,
+/// `external-…`, `endpoint-…__addr/port`).
+fn kube_proxy_service(chain: &str) -> Option<String> {
+    let rest = ["service-", "external-", "endpoint-", "local-"]
+        .iter()
+        .find_map(|prefix| chain.strip_prefix(prefix))?;
+    let (_hash, rest) = rest.split_once('-')?;
+    let rest = rest.split("__").next()?;
+    let mut parts = rest.split('/');
+    let (namespace, name, _protocol, port) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    Some(format!("{namespace}/{name}:{port}"))
+}
+
+/// The chain a `jump` or `goto` statement names.
+fn verdict_target(statement: &Value) -> Option<&str> {
+    ["jump", "goto"]
+        .iter()
+        .find_map(|verb| statement.get(verb))
+        .and_then(|verdict| verdict.get("target"))
+        .and_then(Value::as_str)
+}
+
+/// Narrows `path` by one `match` statement; `None` when the match cannot hold on it.
+fn narrow_by_match(path: &mut Path, found: &Value) -> Option<()> {
+    let op = found.get("op").and_then(Value::as_str).unwrap_or("==");
+    let left = found.get("left").unwrap_or(&Value::Null);
+    let right = found.get("right").unwrap_or(&Value::Null);
+    narrow(path, left, op, right)
+}
+
+/// Narrows `path` by `left op right`. Only equality narrows; everything the walk does not
+/// follow leaves the path as it is.
+fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value) -> Option<()> {
+    if op != "==" && op != "in" {
+        return Some(());
+    }
+    if let Some(payload) = left.get("payload") {
+        let protocol = payload
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let field = payload.get("field").and_then(Value::as_str).unwrap_or("");
+        match (protocol, field) {
+            ("tcp" | "udp", "dport") => {
+                let transport = Transport::parse(protocol)?;
+                set(&mut path.protocol, transport)?;
+                return narrow_port(path, right);
+            }
+            ("th", "dport") => return narrow_port(path, right),
+            ("ip" | "ip6", "daddr") => {
+                if let Ok(net) = net_of(right) {
+                    path.destination = Destination::Net(net);
+                }
+                return Some(());
+            }
+            _ => return Some(()),
+        }
+    }
+    if left
+        .get("meta")
+        .and_then(|m| m.get("key"))
+        .and_then(Value::as_str)
+        == Some("l4proto")
+    {
+        return match Transport::parse(&scalar(right)) {
+            Some(transport) => set(&mut path.protocol, transport),
+            None if right.is_string() || right.is_number() => None,
+            None => Some(()),
+        };
+    }
+    if let Some(fib) = left.get("fib") {
+        let daddr = fib
+            .get("flags")
+            .and_then(Value::as_array)
+            .is_some_and(|flags| flags.iter().any(|flag| flag == "daddr"));
+        if daddr && scalar(right) == "local" && !matches!(path.destination, Destination::Net(_)) {
+            path.destination = Destination::Local;
+        }
+    }
+    Some(())
+}
+
+fn narrow_port(path: &mut Path, right: &Value) -> Option<()> {
+    match right.as_u64().and_then(|port| u16::try_from(port).ok()) {
+        Some(port) => set(&mut path.port, port),
+        // A set or range of ports: not one port.
+        None => {
+            path.port = None;
+            Some(())
+        }
+    }
+}
+
+/// Sets `slot` to `value`; `None` when it already holds another value.
+fn set<T: PartialEq + Copy>(slot: &mut Option<T>, value: T) -> Option<()> {
+    match slot {
+        Some(held) if *held != value => None,
+        _ => {
+            *slot = Some(value);
+            Some(())
+        }
+    }
+}
+
+fn net_of(value: &Value) -> Result<IpNet, ()> {
+    if let Some(prefix) = value.get("prefix") {
+        let address = prefix.get("addr").map(scalar).unwrap_or_default();
+        let length = prefix.get("len").and_then(Value::as_u64).unwrap_or(0);
+        return format!("{address}/{length}").parse().map_err(|_| ());
+    }
+    let text = scalar(value);
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| ())
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iptables_nft_tables_and_non_json_are_left_alone() {
+        let json = r#"{"nftables": [
+            {"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "type": "nat", "hook": "prerouting"}},
+            {"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 1}},
+                {"dnat": {"addr": "192.0.2.1", "port": 1}}]}},
+            {"chain": {"family": "inet", "table": "mine", "name": "pre", "type": "nat", "hook": "prerouting"}},
+            {"rule": {"family": "inet", "table": "mine", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "udp"}},
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 2}},
+                {"dnat": {"family": "ip", "addr": "192.0.2.2", "port": 2}}]}},
+            {"rule": {"family": "inet", "table": "mine", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 3}},
+                {"dnat": {"family": "ip6", "addr": "2001:db8::3", "port": 3}}]}}
+        ]}"#;
+        let (found, _) = parse_ruleset(json).expect("nft JSON");
+        assert_eq!(
+            super::super::describe(&found),
+            ["V6 udp/3 Any -> [2001:db8::3]:3 (-)"]
+        );
+        assert!(parse_ruleset("table ip nat {").is_err());
+    }
+
+    #[test]
+    fn kube_proxy_chain_names_name_the_service() {
+        assert_eq!(
+            kube_proxy_service("endpoint-WEBEP001-shop/web/tcp/http__192.0.2.2/80").as_deref(),
+            Some("shop/web:http")
+        );
+        assert_eq!(kube_proxy_service("services"), None);
+        assert_eq!(kube_proxy_service("nat-prerouting"), None);
+    }
+}

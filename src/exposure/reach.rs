@@ -1,0 +1,368 @@
+//! Who may reach one port: the source space cut where the policies' nets begin and end, one
+//! packet per piece traced by `trace`'s evaluator on every interface that can take it, and the
+//! pieces let through put back together as CIDRs.
+//!
+//! Every address of a piece is treated alike by every rule (a net the policies name either
+//! holds the whole piece or none of it), so one packet per piece is the whole answer; pieces
+//! come from the nets of the policies' rules, of the network sets and the host endpoints'
+//! addresses. A packet that no rule of ours drops counts as let through: nodeport-guard never
+//! accepts, so where no policy applies the port is open as far as nodeport-guard is concerned.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::{Reachable, Transport};
+use crate::config::Config;
+use crate::facts::HostFacts;
+use crate::model::{IpFamily, Model};
+use crate::trace::{ConnState, DEFAULT_SOURCE_PORT, Evaluator, Outcome, Packet, Travel, Verdict};
+
+/// Who may reach a port, and what decides it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reach {
+    /// Anyone, some or nobody.
+    pub reachable: Reachable,
+    /// The sources let through, as CIDRs, when some.
+    pub allowed: Vec<IpNet>,
+    /// What decides, in words, without repeats.
+    pub decided_by: Vec<String>,
+}
+
+/// A port packets from other hosts arrive for.
+#[derive(Clone, Copy, Debug)]
+pub struct Port {
+    /// Its family.
+    pub family: IpFamily,
+    /// Its protocol.
+    pub protocol: Transport,
+    /// Its number.
+    pub port: u16,
+    /// The host's address it is on (`None`: any of them).
+    pub address: Option<IpAddr>,
+    /// Whether packets for it are forwarded after DNAT (to a container or pod elsewhere)
+    /// rather than taken by the host.
+    pub forwarded: bool,
+}
+
+impl Port {
+    /// The first packet of a connection from `src` arriving on `interface` for `dst`.
+    fn packet(&self, src: IpAddr, interface: &Option<String>, dst: IpAddr) -> Packet {
+        Packet {
+            src,
+            dst,
+            protocol: self.protocol.number(),
+            sport: Some(DEFAULT_SOURCE_PORT),
+            dport: Some(self.port),
+            icmp_type: None,
+            icmp_code: None,
+            in_interface: interface.clone(),
+            out_interface: None,
+            travel: if self.forwarded {
+                Travel::Forward
+            } else {
+                Travel::Inbound
+            },
+            state: ConnState::New,
+        }
+    }
+}
+
+/// The policies bound to this host once, for many ports.
+pub struct Reacher<'m> {
+    evaluator: Evaluator<'m>,
+    host: &'m HostFacts,
+    config: &'m Config,
+    /// Where the pieces of each family's source space begin (sorted, the first at 0).
+    starts: [Vec<u128>; 2],
+}
+
+impl<'m> Reacher<'m> {
+    /// Binds `model`'s policies to `host`.
+    pub fn new(model: &'m Model, config: &'m Config, host: &'m HostFacts) -> Reacher<'m> {
+        Reacher {
+            evaluator: Evaluator::new(model, config, host),
+            host,
+            config,
+            starts: [
+                piece_starts(model, config, IpFamily::V4),
+                piece_starts(model, config, IpFamily::V6),
+            ],
+        }
+    }
+
+    /// Who may reach `port`.
+    pub fn reach(&self, port: &Port) -> Reach {
+        let arrivals = self.arrivals(port.family, port.address);
+        let starts = &self.starts[usize::from(port.family == IpFamily::V6)];
+        let mut allowed_pieces = Vec::new();
+        let mut allows: Vec<Verdict> = Vec::new();
+        let mut drops: Vec<Verdict> = Vec::new();
+        for (index, &start) in starts.iter().enumerate() {
+            let end = starts
+                .get(index + 1)
+                .map_or(max_of(port.family), |next| next - 1);
+            let mut let_through = false;
+            for (interface, dst) in &arrivals {
+                let packet = port.packet(address_of(port.family, start), interface, *dst);
+                let verdict = self.evaluator.verdict(&packet);
+                if verdict.outcome == Outcome::Dropped {
+                    drops.push(verdict);
+                } else {
+                    let_through = true;
+                    allows.push(verdict);
+                }
+            }
+            if let_through {
+                allowed_pieces.push((start, end));
+            }
+        }
+        let reachable = if allowed_pieces.is_empty() {
+            Reachable::Nobody
+        } else if allowed_pieces.len() == starts.len() {
+            Reachable::Anyone
+        } else {
+            Reachable::Some
+        };
+        let deciding: Vec<&Verdict> = match reachable {
+            Reachable::Anyone => allows.iter().collect(),
+            Reachable::Nobody => drops.iter().collect(),
+            Reachable::Some => allows.iter().chain(&drops).collect(),
+        };
+        let mut decided_by: Vec<String> = Vec::new();
+        for verdict in deciding {
+            let words = words(verdict);
+            if !decided_by.contains(&words) {
+                decided_by.push(words);
+            }
+        }
+        Reach {
+            reachable,
+            allowed: if reachable == Reachable::Some {
+                cidrs(port.family, &allowed_pieces)
+            } else {
+                Vec::new()
+            },
+            decided_by,
+        }
+    }
+
+    /// How many pieces the source space of `family` is cut into (packets traced per port and
+    /// interface).
+    pub fn pieces(&self, family: IpFamily) -> usize {
+        self.starts[usize::from(family == IpFamily::V6)].len()
+    }
+
+    /// Whether every source may reach `port` ([`Reacher::reach`] says `anyone`), stopping at
+    /// the first packet dropped.
+    pub fn open_to_anyone(&self, port: &Port) -> bool {
+        let arrivals = self.arrivals(port.family, port.address);
+        let starts = &self.starts[usize::from(port.family == IpFamily::V6)];
+        starts.iter().all(|&start| {
+            arrivals.iter().any(|(interface, dst)| {
+                let packet = port.packet(address_of(port.family, start), interface, *dst);
+                self.evaluator.verdict(&packet).outcome != Outcome::Dropped
+            })
+        })
+    }
+
+    /// The interfaces (and the address on each) a packet from another host for `address` can
+    /// arrive on: the one holding it, or for any address every interface of the host with an
+    /// address of the family, never loopback (one without an interface, when the host has
+    /// none).
+    fn arrivals(&self, family: IpFamily, address: Option<IpAddr>) -> Vec<(Option<String>, IpAddr)> {
+        let exclude = &self.config.host_interface_exclude;
+        let interfaces = self
+            .host
+            .interfaces
+            .iter()
+            .filter(|interface| interface.name != "lo" && !exclude.is_match(&interface.name));
+        let mut arrivals = Vec::new();
+        for interface in interfaces {
+            let held = interface.addresses.iter().find(|a| {
+                IpFamily::of_addr(a) == family
+                    && !a.is_loopback()
+                    && address.is_none_or(|wanted| **a == wanted)
+            });
+            if let Some(held) = held {
+                arrivals.push((Some(interface.name.clone()), *held));
+            }
+        }
+        if arrivals.is_empty() {
+            let dst = address.unwrap_or(match family {
+                IpFamily::V4 => IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
+                IpFamily::V6 => IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
+            });
+            arrivals.push((None, dst));
+        }
+        arrivals
+    }
+}
+
+/// The verdict in the words of `decidedBy`.
+fn words(verdict: &Verdict) -> String {
+    match (&verdict.policy, verdict.rule, verdict.outcome) {
+        (Some(policy), Some(rule), Outcome::Allowed) => format!("{policy} rule {rule} (Allow)"),
+        (Some(policy), Some(rule), _) => format!("{policy} rule {rule} (Deny)"),
+        (Some(policy), None, _) => format!("{policy}: {}", verdict.reason),
+        (None, _, Outcome::NotOurs) => "no policy applies".to_owned(),
+        (None, _, _) if verdict.reason.contains("failsafe") => "failsafe port".to_owned(),
+        (None, _, _) => verdict.reason.clone(),
+    }
+}
+
+/// Where the pieces of `family`'s source space begin: 0, and the first address of every net
+/// the policies name and the one after its last (the nets of rules, network sets,
+/// host endpoints and failsafe ports).
+fn piece_starts(model: &Model, config: &Config, family: IpFamily) -> Vec<u128> {
+    let mut nets: Vec<IpNet> = Vec::new();
+    for policy in model.policies().iter().chain(model.staged_policies()) {
+        for rule in policy.ingress.iter().flatten() {
+            nets.extend(rule.source.nets.iter().chain(&rule.source.not_nets));
+            nets.extend(
+                rule.destination
+                    .nets
+                    .iter()
+                    .chain(&rule.destination.not_nets),
+            );
+        }
+    }
+    for set in model.network_sets() {
+        nets.extend(&set.nets);
+    }
+    let failsafes = config
+        .failsafe_inbound
+        .iter()
+        .chain(&config.failsafe_outbound);
+    nets.extend(failsafes.filter_map(|failsafe| failsafe.net));
+    for endpoint in model.host_endpoints() {
+        nets.extend(
+            endpoint
+                .expected_ips
+                .iter()
+                .map(|address| IpNet::from(*address)),
+        );
+    }
+    let mut starts = BTreeSet::from([0u128]);
+    for net in nets.iter().filter(|net| IpFamily::of_net(net) == family) {
+        let first = number(net.network());
+        let last = number(net.broadcast());
+        starts.insert(first);
+        if last < max_of(family) {
+            starts.insert(last + 1);
+        }
+    }
+    starts.into_iter().collect()
+}
+
+fn max_of(family: IpFamily) -> u128 {
+    match family {
+        IpFamily::V4 => u128::from(u32::MAX),
+        IpFamily::V6 => u128::MAX,
+    }
+}
+
+fn number(address: IpAddr) -> u128 {
+    match address {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+fn address_of(family: IpFamily, value: u128) -> IpAddr {
+    match family {
+        IpFamily::V4 => IpAddr::from(u32::try_from(value).unwrap_or(u32::MAX).to_be_bytes()),
+        IpFamily::V6 => IpAddr::from(value.to_be_bytes()),
+    }
+}
+
+/// The inclusive ranges `pieces` (sorted) as the fewest CIDRs, adjacent ranges joined.
+fn cidrs(family: IpFamily, pieces: &[(u128, u128)]) -> Vec<IpNet> {
+    let bits: u32 = match family {
+        IpFamily::V4 => 32,
+        IpFamily::V6 => 128,
+    };
+    let mut joined: Vec<(u128, u128)> = Vec::new();
+    for &(start, end) in pieces {
+        match joined.last_mut() {
+            Some(last) if last.1.checked_add(1) == Some(start) => last.1 = end,
+            _ => joined.push((start, end)),
+        }
+    }
+    let mut nets = Vec::new();
+    for (mut start, end) in joined {
+        loop {
+            // The largest block aligned at `start` that ends at or before `end`.
+            let mut size_bits = if start == 0 {
+                bits
+            } else {
+                start.trailing_zeros().min(bits)
+            };
+            while size_bits > 0 && block_end(start, size_bits).is_none_or(|last| last > end) {
+                size_bits -= 1;
+            }
+            let prefix = u8::try_from(bits - size_bits).unwrap_or(0);
+            if let Ok(net) = IpNet::new(address_of(family, start), prefix) {
+                nets.push(net);
+            }
+            match block_end(start, size_bits) {
+                Some(last) if last < end => start = last + 1,
+                _ => break,
+            }
+        }
+    }
+    nets
+}
+
+/// The last address of the block of `2^size_bits` addresses starting at `start`.
+fn block_end(start: u128, size_bits: u32) -> Option<u128> {
+    let size = if size_bits >= 128 {
+        None
+    } else {
+        Some(1u128 << size_bits)
+    };
+    match size {
+        Some(size) => start.checked_add(size - 1),
+        None => (start == 0).then_some(u128::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(text: &str) -> IpNet {
+        text.parse().expect("a net")
+    }
+
+    #[test]
+    fn ranges_become_the_fewest_cidrs() {
+        let v4 = |a: &str| number(a.parse().expect("an address"));
+        assert_eq!(
+            cidrs(IpFamily::V4, &[(v4("198.51.100.0"), v4("198.51.100.255"))]),
+            [net("198.51.100.0/24")]
+        );
+        assert_eq!(
+            cidrs(
+                IpFamily::V4,
+                &[
+                    (v4("198.51.100.0"), v4("198.51.100.9")),
+                    (v4("198.51.100.10"), v4("198.51.100.10")),
+                    (v4("203.0.113.0"), v4("203.0.113.127")),
+                ]
+            ),
+            [
+                net("198.51.100.0/29"),
+                net("198.51.100.8/31"),
+                net("198.51.100.10/32"),
+                net("203.0.113.0/25"),
+            ]
+        );
+        assert_eq!(
+            cidrs(IpFamily::V4, &[(0, u128::from(u32::MAX))]),
+            [net("0.0.0.0/0")]
+        );
+        assert_eq!(cidrs(IpFamily::V6, &[(0, u128::MAX)]), [net("::/0")]);
+    }
+}

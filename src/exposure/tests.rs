@@ -1,0 +1,247 @@
+//! The audit on the real rule sets the parsers' tests read (kube-proxy and docker, iptables
+//! and nftables), with sockets, under the mission's whitelist and a deny-all policy.
+
+use super::*;
+use crate::config::Config;
+use crate::fixtures::{DENY_ALL, WHITELIST, golden_host, model};
+
+/// The DNAT rules of both parsers on the same programs' rules in their two firewall modes.
+fn parsed(save: &[(&str, IpFamily)], json: &str) -> (Vec<String>, Vec<String>) {
+    let mut from_iptables = Vec::new();
+    for (text, family) in save {
+        let (found, notes) = xtables::parse_nat(text, *family);
+        assert!(notes.is_empty(), "{notes:?}");
+        from_iptables.extend(found);
+    }
+    from_iptables.sort();
+    let (from_nft, notes) = nft::parse_ruleset(json).expect("nft JSON");
+    assert!(notes.is_empty(), "{notes:?}");
+    (describe(&from_iptables), describe(&from_nft))
+}
+
+#[test]
+fn kube_proxy_nodeports_lead_to_every_endpoint_and_name_the_service_in_both_modes() {
+    let (iptables, nftables) = parsed(
+        &[(
+            include_str!("../../tests/data/exposure/kube-proxy-iptables.save"),
+            IpFamily::V4,
+        )],
+        include_str!("../../tests/data/exposure/kube-proxy.json"),
+    );
+    // The cluster IPs (203.0.113.x) are DNATed too; `assess` leaves them out unless they are
+    // the host's own.
+    let expected = [
+        "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.2:80 (Service shop/web:http)",
+        "V4 tcp/80 Net(203.0.113.200/32) -> 192.0.2.3:80 (Service shop/web:http)",
+        "V4 tcp/30080 Local -> 192.0.2.2:80 (Service shop/web:http)",
+        "V4 tcp/30080 Local -> 192.0.2.3:80 (Service shop/web:http)",
+        "V4 udp/53 Net(203.0.113.201/32) -> 192.0.2.4:53 (Service infra/dns:dns)",
+        "V4 udp/30054 Local -> 192.0.2.4:53 (Service infra/dns:dns)",
+    ];
+    assert_eq!(iptables, expected, "iptables mode");
+    assert_eq!(nftables, expected, "nftables mode");
+}
+
+#[test]
+fn docker_published_ports_name_the_container_and_keep_the_loopback_condition_in_both_firewalls() {
+    let (iptables, nftables) = parsed(
+        &[
+            (
+                include_str!("../../tests/data/exposure/docker-iptables.save"),
+                IpFamily::V4,
+            ),
+            (
+                include_str!("../../tests/data/exposure/docker-ip6tables.save"),
+                IpFamily::V6,
+            ),
+        ],
+        include_str!("../../tests/data/exposure/docker.json"),
+    );
+    let expected = [
+        "V4 tcp/5432 Net(127.0.0.1/32) -> 192.0.2.3:5432 (container 192.0.2.3:5432)",
+        "V4 tcp/8000 Local -> 192.0.2.2:80 (container 192.0.2.2:80)",
+        "V6 tcp/8000 Local -> [2001:db8:3::2]:80 (container [2001:db8:3::2]:80)",
+    ];
+    assert_eq!(iptables, expected, "iptables firewall");
+    assert_eq!(nftables, expected, "nftables firewall");
+}
+
+fn socket(protocol: Transport, address: &str, port: u16, process: &str) -> Listening {
+    Listening {
+        protocol,
+        address: address.parse().expect("address"),
+        port,
+        dual_stack: false,
+        processes: vec![process.to_owned()],
+    }
+}
+
+/// kube-proxy (iptables) and docker (iptables, both families) DNAT, and sockets: one on every
+/// address, one dual-stack, one on loopback (never listed), one UDP.
+fn inventory() -> Inventory {
+    let mut dnat = Vec::new();
+    for (text, family) in [
+        (
+            include_str!("../../tests/data/exposure/kube-proxy-iptables.save"),
+            IpFamily::V4,
+        ),
+        (
+            include_str!("../../tests/data/exposure/docker-iptables.save"),
+            IpFamily::V4,
+        ),
+        (
+            include_str!("../../tests/data/exposure/docker-ip6tables.save"),
+            IpFamily::V6,
+        ),
+    ] {
+        dnat.extend(xtables::parse_nat(text, family).0);
+    }
+    let mut ssh = socket(Transport::Tcp, "::", 22, "sshd");
+    ssh.dual_stack = true;
+    Inventory {
+        sockets: vec![
+            ssh,
+            socket(Transport::Tcp, "198.51.100.1", 9100, "node_exporter"),
+            socket(Transport::Tcp, "127.0.0.1", 5432, "postgres"),
+            socket(Transport::Tcp, "::1", 5432, "postgres"),
+            socket(Transport::Udp, "0.0.0.0", 5353, "avahi-daemon"),
+        ],
+        dnat,
+        notes: Vec::new(),
+    }
+}
+
+fn rows(exposed: &[Exposed]) -> Vec<String> {
+    exposed
+        .iter()
+        .map(|port| {
+            let allowed: Vec<String> = port.allowed.iter().map(ToString::to_string).collect();
+            format!(
+                "{}/{} {:?} {} {} ({}) {}{} by {}",
+                port.protocol,
+                port.port,
+                port.family,
+                port.via.as_str(),
+                port.target,
+                port.owner.as_deref().unwrap_or("-"),
+                port.reachable_from.as_str(),
+                if allowed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", allowed.join(","))
+                },
+                port.decided_by
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn without_policies_every_outside_port_is_open_to_anyone_and_loopback_is_never_listed() {
+    let exposed = assess(&inventory(), &model(""), &Config::default(), &golden_host());
+    assert_eq!(
+        rows(&exposed),
+        [
+            "tcp/8000 V4 dnat 192.0.2.2:80 (container 192.0.2.2:80) anyone by no policy applies",
+            "tcp/8000 V6 dnat [2001:db8:3::2]:80 (container [2001:db8:3::2]:80) anyone by no policy applies",
+            "udp/30054 V4 dnat 192.0.2.4:53 (Service infra/dns:dns) anyone by no policy applies",
+            "tcp/30080 V4 dnat 192.0.2.2:80, 192.0.2.3:80 (Service shop/web:http) anyone by no policy applies",
+            "tcp/22 V4 socket [::]:22 (sshd) anyone by no policy applies",
+            "tcp/22 V6 socket [::]:22 (sshd) anyone by no policy applies",
+            "udp/5353 V4 socket 0.0.0.0:5353 (avahi-daemon) anyone by no policy applies",
+            "tcp/9100 V4 socket 198.51.100.1:9100 (node_exporter) anyone by no policy applies",
+        ]
+    );
+}
+
+#[test]
+fn the_mission_whitelist_guards_its_nodeport_and_leaves_the_rest_open() {
+    let mut inventory = inventory();
+    inventory.dnat.push(Dnat {
+        family: IpFamily::V4,
+        protocol: Transport::Tcp,
+        port: 30008,
+        destination: Destination::Any,
+        target: "198.51.100.1:8080".into(),
+        owner: None,
+    });
+    let exposed = assess(
+        &inventory,
+        &model(WHITELIST),
+        &Config::default(),
+        &golden_host(),
+    );
+    let guarded: Vec<&Exposed> = exposed.iter().filter(|port| port.port == 30008).collect();
+    assert_eq!(guarded.len(), 1);
+    assert_eq!(guarded[0].reachable_from, Reachable::Some);
+    assert_eq!(
+        guarded[0].allowed,
+        ["198.51.100.10/32".parse::<IpNet>().expect("net")]
+    );
+    assert_eq!(
+        guarded[0].decided_by,
+        "guard-nodeport rule 0 (Allow); guard-nodeport rule 1 (Deny)"
+    );
+    // Open to anyone: listed first.
+    assert_eq!(exposed.last().map(|port| port.port), Some(30008));
+    let open_dnat = exposed
+        .iter()
+        .filter(|port| port.via == Via::Dnat && port.reachable_from == Reachable::Anyone)
+        .count();
+    assert_eq!(open_dnat, 4);
+}
+
+#[test]
+fn deny_all_leaves_only_the_failsafe_ports() {
+    let exposed = assess(
+        &inventory(),
+        &model(DENY_ALL),
+        &Config::default(),
+        &golden_host(),
+    );
+    let open: Vec<String> = rows(&exposed)
+        .into_iter()
+        .filter(|row| !row.contains(" nobody "))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            "tcp/22 V4 socket [::]:22 (sshd) anyone by failsafe port",
+            "tcp/22 V6 socket [::]:22 (sshd) anyone by failsafe port",
+        ]
+    );
+    let closed = exposed
+        .iter()
+        .find(|port| port.port == 9100)
+        .expect("port 9100");
+    assert_eq!(
+        closed.decided_by,
+        "dropped at the end of tier default (its default action is Deny)"
+    );
+}
+
+#[test]
+fn a_published_port_that_loses_its_guard_is_named() {
+    let mut inventory = inventory();
+    inventory.dnat.push(Dnat {
+        family: IpFamily::V4,
+        protocol: Transport::Tcp,
+        port: 30008,
+        destination: Destination::Local,
+        target: "192.0.2.2:80".into(),
+        owner: Some("Service shop/guarded:http".into()),
+    });
+    let config = Config::default();
+    let (guarded, open) = (model(WHITELIST), model(""));
+    assert_eq!(
+        newly_open(&inventory.dnat, &guarded, &open, &config, &golden_host()),
+        [
+            "published port tcp/30008 (IPv4, DNAT to 192.0.2.2:80, Service shop/guarded:http) was guarded and would be open to anyone"
+        ]
+    );
+    assert!(newly_open(&inventory.dnat, &open, &guarded, &config, &golden_host()).is_empty());
+    let after = assess(&inventory, &open, &config, &golden_host());
+    let counts = counts(&after);
+    assert_eq!(counts[&(Reachable::Anyone, Via::Dnat)], 5);
+    assert_eq!(counts[&(Reachable::Nobody, Via::Socket)], 0);
+}

@@ -1,0 +1,288 @@
+//! The DNAT rules nat `PREROUTING` reaches, read from `iptables-save -t nat` (legacy or nft,
+//! either family). Pure.
+//!
+//! The walk starts at `PREROUTING` and follows `-j`/`-g` into user chains, carrying what the
+//! rules on the way require (protocol, destination port, destination address or
+//! `addrtype --dst-type LOCAL`); a DNAT rule met on the way is a published port. kube-proxy's
+//! layout (`KUBE-SERVICES` → `KUBE-NODEPORTS` → `KUBE-EXT-…` → `KUBE-SVC-…` → `KUBE-SEP-…`
+//! DNAT, each rule commented `ns/svc:port`) and docker's (`DOCKER`, DNAT without a comment)
+//! both come out of the same walk. Conditions the walk does not follow (interfaces, sources,
+//! marks, statistics) are left out: a port some packets reach is listed.
+
+use std::collections::BTreeMap;
+
+use ipnet::IpNet;
+
+use super::{Destination, Dnat, Transport};
+use crate::dataplane::iptables::parse::split_words;
+use crate::model::IpFamily;
+
+/// How deep jumps are followed (kube-proxy's deepest path is five chains).
+const MAX_DEPTH: usize = 16;
+
+/// What the path to a rule requires.
+#[derive(Clone, Debug)]
+struct Path<'c> {
+    protocol: Option<Transport>,
+    port: Option<u16>,
+    destination: Destination,
+    chain: &'c str,
+    comment: Option<String>,
+}
+
+/// One rule's words, as `iptables-save` prints it after `-A CHAIN`.
+struct Rule {
+    protocol: Option<Transport>,
+    /// `None`: no condition; `Some(None)`: a condition the walk cannot follow (a range).
+    port: Option<Option<u16>>,
+    destination: Option<Destination>,
+    comment: Option<String>,
+    target: Option<String>,
+    to_destination: Option<String>,
+    conditions: usize,
+}
+
+/// The DNAT rules reached from nat `PREROUTING` in `save` (the output of `iptables-save -t
+/// nat` for `family`), and notes on those that cannot be listed as ports.
+pub fn parse_nat(save: &str, family: IpFamily) -> (Vec<Dnat>, Vec<String>) {
+    let mut chains: BTreeMap<&str, Vec<Rule>> = BTreeMap::new();
+    let mut in_nat = false;
+    for line in save.lines() {
+        let line = line.trim();
+        if let Some(table) = line.strip_prefix('*') {
+            in_nat = table == "nat";
+        } else if in_nat && let Some(rest) = line.strip_prefix("-A ") {
+            let (chain, rule) = rest.split_once(' ').unwrap_or((rest, ""));
+            chains.entry(chain).or_default().push(parse_rule(rule));
+        }
+    }
+    let mut walk = Walk {
+        chains: &chains,
+        family,
+        found: Vec::new(),
+        notes: Vec::new(),
+        stack: Vec::new(),
+    };
+    let start = Path {
+        protocol: None,
+        port: None,
+        destination: Destination::Any,
+        chain: "PREROUTING",
+        comment: None,
+    };
+    walk.chain("PREROUTING", &start);
+    walk.found.sort();
+    walk.found.dedup();
+    walk.notes.sort();
+    walk.notes.dedup();
+    (walk.found, walk.notes)
+}
+
+fn parse_rule(text: &str) -> Rule {
+    let words = split_words(text);
+    let mut rule = Rule {
+        protocol: None,
+        port: None,
+        destination: None,
+        comment: None,
+        target: None,
+        to_destination: None,
+        conditions: 0,
+    };
+    let mut negated = false;
+    let mut index = 0;
+    while index < words.len() {
+        let word = words[index].as_str();
+        let value = words.get(index + 1).map(String::as_str);
+        let mut consumed = 2;
+        match (word, value) {
+            ("!", _) => {
+                negated = true;
+                index += 1;
+                continue;
+            }
+            ("-p" | "--protocol", Some(value)) => {
+                rule.conditions += 1;
+                if !negated {
+                    rule.protocol = Transport::parse(value);
+                }
+            }
+            ("--dport" | "--destination-port", Some(value)) => {
+                rule.conditions += 1;
+                if !negated {
+                    rule.port = Some(value.parse().ok());
+                }
+            }
+            ("-d" | "--destination", Some(value)) => {
+                rule.conditions += 1;
+                if !negated {
+                    rule.destination = value.parse::<IpNet>().ok().map(Destination::Net);
+                }
+            }
+            ("--dst-type", Some("LOCAL")) => {
+                rule.conditions += 1;
+                if !negated {
+                    rule.destination = Some(Destination::Local);
+                }
+            }
+            ("--comment", Some(value)) => rule.comment = Some(value.to_owned()),
+            ("-j" | "--jump" | "-g" | "--goto", Some(value)) => {
+                rule.target = Some(value.to_owned());
+            }
+            ("--to-destination", Some(value)) => rule.to_destination = Some(value.to_owned()),
+            ("-m" | "--match", Some("comment")) => {}
+            (option, _) if option.starts_with('-') => {
+                rule.conditions += 1;
+                consumed = 1;
+            }
+            _ => consumed = 1,
+        }
+        negated = false;
+        index += consumed;
+    }
+    rule
+}
+
+struct Walk<'c> {
+    chains: &'c BTreeMap<&'c str, Vec<Rule>>,
+    family: IpFamily,
+    found: Vec<Dnat>,
+    notes: Vec<String>,
+    stack: Vec<&'c str>,
+}
+
+impl<'c> Walk<'c> {
+    fn chain(&mut self, name: &'c str, path: &Path<'c>) {
+        let Some(rules) = self.chains.get(name) else {
+            return;
+        };
+        if self.stack.len() >= MAX_DEPTH || self.stack.contains(&name) {
+            return;
+        }
+        self.stack.push(name);
+        for rule in rules {
+            let target = rule.target.as_deref();
+            if target == Some("RETURN") && rule.conditions == 0 {
+                break;
+            }
+            let Some(next) = narrow(path, rule, name) else {
+                continue;
+            };
+            match target {
+                Some("DNAT") => self.dnat(&next, rule),
+                Some(chain) if self.chains.contains_key(chain) => {
+                    self.chain(chain, &next);
+                }
+                _ => {}
+            }
+        }
+        self.stack.pop();
+    }
+
+    fn dnat(&mut self, path: &Path<'c>, rule: &Rule) {
+        let target = rule.to_destination.clone().unwrap_or_default();
+        let (Some(protocol), Some(port)) = (path.protocol, path.port) else {
+            self.notes.push(format!(
+                "a DNAT to `{target}` in nat chain `{}` matches no single protocol and port: not listed",
+                path.chain
+            ));
+            return;
+        };
+        self.found.push(Dnat {
+            family: self.family,
+            protocol,
+            port,
+            destination: path.destination,
+            owner: owner(path, &target),
+            target,
+        });
+    }
+}
+
+/// The path through `rule` of `chain`; `None` when the rule cannot match on it (another
+/// protocol or port than the path requires).
+fn narrow<'c>(path: &Path<'c>, rule: &Rule, chain: &'c str) -> Option<Path<'c>> {
+    let protocol = match (path.protocol, rule.protocol) {
+        (Some(a), Some(b)) if a != b => return None,
+        (a, b) => b.or(a),
+    };
+    let port = match (path.port, rule.port) {
+        (_, Some(None)) => None,
+        (Some(a), Some(Some(b))) if a != b => return None,
+        (a, Some(b)) => b.or(a),
+        (a, None) => a,
+    };
+    let destination = match (path.destination, rule.destination) {
+        (_, Some(Destination::Net(net))) => Destination::Net(net),
+        (Destination::Net(net), _) => Destination::Net(net),
+        (_, Some(Destination::Local)) | (Destination::Local, _) => Destination::Local,
+        _ => Destination::Any,
+    };
+    Some(Path {
+        protocol,
+        port,
+        destination,
+        chain,
+        comment: rule.comment.clone().or_else(|| path.comment.clone()),
+    })
+}
+
+/// Who a DNAT serves: the Service of kube-proxy's comment (`ns/svc:port`), the container of
+/// docker's `DOCKER` chain.
+fn owner(path: &Path<'_>, target: &str) -> Option<String> {
+    if let Some(service) = path.comment.as_deref().and_then(service_name) {
+        return Some(format!("Service {service}"));
+    }
+    (path.chain == "DOCKER").then(|| format!("container {target}"))
+}
+
+/// `ns/svc:port` (or `ns/svc`) when `comment` is one of kube-proxy's service comments.
+pub(super) fn service_name(comment: &str) -> Option<&str> {
+    let name = comment.split_whitespace().next()?;
+    let (namespace, rest) = name.split_once('/')?;
+    let plain = |text: &str| {
+        !text.is_empty()
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'))
+    };
+    (plain(namespace) && plain(rest) && comment == name).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hand_written_dnat_in_prerouting_and_what_cannot_be_a_port() {
+        let save = "*filter\n-A INPUT -p tcp --dport 1 -j DNAT --to-destination 192.0.2.9:1\nCOMMIT\n\
+                    *nat\n:PREROUTING ACCEPT [0:0]\n:LOOP - [0:0]\n\
+                    -A PREROUTING -p tcp -m tcp --dport 30008 -j DNAT --to-destination 198.51.100.1:8080\n\
+                    -A PREROUTING -p udp -m udp ! --dport 53 -j LOOP\n\
+                    -A PREROUTING -d 198.51.100.7/32 -j DNAT --to-destination 192.0.2.7\n\
+                    -A LOOP -j LOOP\n\
+                    -A LOOP -p tcp -m tcp --dport 9 -j DNAT --to-destination 192.0.2.9:9\n\
+                    COMMIT\n";
+        let (found, notes) = parse_nat(save, IpFamily::V4);
+        // A rule under a contradictory path (udp, then tcp) never matches; the filter table's
+        // rule is not nat's.
+        assert_eq!(
+            super::super::describe(&found),
+            ["V4 tcp/30008 Any -> 198.51.100.1:8080 (-)"]
+        );
+        assert_eq!(
+            notes,
+            [
+                "a DNAT to `192.0.2.7` in nat chain `PREROUTING` matches no single protocol and port: not listed"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_plain_service_comments_name_a_service() {
+        assert_eq!(service_name("shop/web:http"), Some("shop/web:http"));
+        assert_eq!(service_name("shop/web"), Some("shop/web"));
+        assert_eq!(service_name("shop/web:http cluster IP"), None);
+        assert_eq!(service_name("kubernetes service portals"), None);
+    }
+}
