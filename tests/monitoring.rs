@@ -493,6 +493,7 @@ fn exported(text: &str) -> Exported {
             name,
             name.trim_end_matches("_sum"),
             name.trim_end_matches("_count"),
+            name.trim_end_matches("_bucket"),
         ]
         .into_iter()
         .find(|candidate| families.contains_key(*candidate))
@@ -525,6 +526,7 @@ fn missing(uses: &Uses, exported: &Exported, pending: bool) -> Vec<String> {
             metric.as_str(),
             metric.trim_end_matches("_sum"),
             metric.trim_end_matches("_count"),
+            metric.trim_end_matches("_bucket"),
         ]
         .into_iter()
         .find(|candidate| exported.contains_key(*candidate));
