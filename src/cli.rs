@@ -140,6 +140,18 @@ pub enum Command {
     /// Confirm a pending `apply --confirm-timeout`.
     Confirm,
     /// Run as a daemon: apply, watch the policy directory, repair drift.
+    ///
+    /// Drift: another program's change to what nodeport-guard owns is noticed within a second
+    /// (nf_tables change notifications with iptables-nft and nftables; a check of
+    /// iptables-legacy's tables every 400 ms) and repaired; other programs' changes to their
+    /// own rules cost nothing more than noticing them. Repairs are rate-limited (5 in a burst,
+    /// then one a second), logged and counted. Every `resyncInterval` the whole kernel is
+    /// checked again.
+    ///
+    /// With `metricsAddress`, `/metrics` and `/healthz` are served: the kernel's counters are
+    /// read at most once a second whatever the number of scrapes; at most 64 connections at
+    /// once (one still waiting for its request head gives way to a new one, the others wait);
+    /// a request head over 8 KiB or slower than 5 s is dropped.
     Run,
     /// What the kernel holds, read from the kernel: per policy rule whether it is there and its
     /// packets and bytes, whether that is what the policies say, the last change, the daemon.

@@ -41,6 +41,31 @@ pub enum Ipv6Mode {
     Disabled,
 }
 
+/// Where `Log` rules write.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LogTarget {
+    /// NFLOG, in the rule's direction's group with Calico's prefix (`LPI0|<policy>`), so
+    /// `drops` and `tcpdump -i nflog:1` see it.
+    Nflog,
+    /// The kernel log (`dmesg`, the journal), as Felix writes its `Log` action: `-j LOG`
+    /// (nftables: `log`) with this prefix and syslog level.
+    KernelLog {
+        /// The text before each logged packet, as the kernel prints it.
+        prefix: String,
+        /// The syslog level, 0 (emerg) to 7 (debug).
+        level: u8,
+    },
+}
+
+/// Felix's prefix of the kernel-log lines of a `Log` rule: its `logPrefix` default
+/// (`calico-packet`) with the `: ` Felix's LOG action adds.
+pub const DEFAULT_LOG_PREFIX: &str = "calico-packet: ";
+/// Felix's syslog level of a `Log` rule (notice).
+pub const DEFAULT_LOG_LEVEL: u8 = 5;
+/// The longest prefix `-j LOG` takes (the kernel keeps 29 characters and a NUL); nftables
+/// takes more, but one limit lets a config move between backends.
+pub const MAX_LOG_PREFIX: usize = 29;
+
 /// A port that stays open whatever the policies say, so nobody locks themselves out.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Failsafe {
@@ -115,6 +140,8 @@ pub struct Config {
     pub nflog_group_egress: u16,
     /// Which actions are logged to NFLOG.
     pub log_actions: BTreeSet<Action>,
+    /// Where `Log` rules write.
+    pub log_target: LogTarget,
     /// Inbound failsafe ports.
     pub failsafe_inbound: Vec<Failsafe>,
     /// Outbound failsafe ports.
@@ -133,6 +160,9 @@ pub struct Config {
     pub debounce: Duration,
     /// Whether the daemon may go from some policies to none.
     pub allow_empty: bool,
+    /// Whether TCP SYNs that pre-DNAT policy denies are dropped in raw `PREROUTING`, before
+    /// connection tracking (same verdict and NFLOG prefix as in mangle).
+    pub early_drop: bool,
     /// Whether an apply or reload that takes reachability away also cuts the established
     /// connections it now denies (by deleting their conntrack entries).
     pub revoke_established: bool,
@@ -152,6 +182,7 @@ impl Default for Config {
             nflog_group: 1,
             nflog_group_egress: 2,
             log_actions: BTreeSet::from([Action::Deny]),
+            log_target: LogTarget::Nflog,
             failsafe_inbound: default_failsafe_inbound(),
             failsafe_outbound: default_failsafe_outbound(),
             node_name: None,
@@ -162,6 +193,7 @@ impl Default for Config {
             resync_interval: Duration::from_secs(90),
             debounce: Duration::from_millis(200),
             allow_empty: false,
+            early_drop: true,
             revoke_established: false,
             nflog_listener: false,
             metrics_address: None,
@@ -186,6 +218,15 @@ pub struct RawConfig {
     pub nflog_group_egress: Option<Sp<i64>>,
     /// Actions that log to NFLOG: any of `Allow`, `Deny`, `Pass`.
     pub log_actions: Option<Sp<Vec<Sp<String>>>>,
+    /// Where `Log` rules write: `nflog` (the default: NFLOG, which `drops` reads) or `log`
+    /// (the kernel log, as Felix's `Log` action).
+    pub log_target: Option<Sp<String>>,
+    /// With `logTarget: log`, the text before each logged packet (default
+    /// `"calico-packet: "`, Felix's; at most 29 characters).
+    pub log_prefix: Option<Sp<String>>,
+    /// With `logTarget: log`, the syslog level, 0 (emerg) to 7 (debug) (default 5, notice,
+    /// Felix's).
+    pub log_level: Option<Sp<i64>>,
     /// Inbound failsafe ports.
     pub failsafe_inbound: Option<Sp<Vec<Sp<RawFailsafe>>>>,
     /// Outbound failsafe ports.
@@ -204,6 +245,9 @@ pub struct RawConfig {
     pub debounce: Option<Sp<String>>,
     /// Allow going from some policies to none.
     pub allow_empty: Option<Sp<bool>>,
+    /// Drop the TCP SYNs pre-DNAT policy denies in raw `PREROUTING`, before connection tracking
+    /// (default true; false keeps every drop in mangle).
+    pub early_drop: Option<Sp<bool>>,
     /// After a change that takes reachability away, cut the established connections it now
     /// denies (default false: only new connections are judged, as in Calico).
     pub revoke_established: Option<Sp<bool>>,
@@ -364,6 +408,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
         list: Vec::new(),
     };
     check_rules(&raw, &mut config, &mut errors);
+    check_log_target(&raw, &mut config, &mut errors);
     check_failsafes(&raw, &mut config, &mut errors);
     check_host(&raw, &mut config, &mut errors);
     check_daemon(&raw, &mut config, &mut errors);
@@ -373,7 +418,7 @@ fn check(file: FileId, raw: RawConfig) -> (Config, Vec<Diagnostic>) {
 }
 
 /// Where policies come from and how they become kernel rules: `policiesDir`, `backend`,
-/// `markMask`, the NFLOG groups and `logActions`.
+/// `markMask`, the NFLOG groups, `logActions` and `earlyDrop`.
 fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
     if let Some(dir) = &raw.policies_dir {
         if dir.value.is_empty() {
@@ -455,6 +500,81 @@ fn check_rules(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
             }
         }
     }
+    if let Some(early) = &raw.early_drop {
+        config.early_drop = early.value;
+    }
+}
+
+/// `logTarget`, and the `logPrefix` and `logLevel` that only the kernel log uses.
+fn check_log_target(raw: &RawConfig, config: &mut Config, errors: &mut Errors) {
+    let kernel_log = match &raw.log_target {
+        None => false,
+        Some(target) => match target.value.as_str() {
+            "nflog" => false,
+            "log" => true,
+            other => {
+                errors.error(
+                    target.span,
+                    format!("unknown `logTarget` `{other}`"),
+                    "write `nflog` (NFLOG, which `drops` reads) or `log` (the kernel log, as Felix)",
+                );
+                false
+            }
+        },
+    };
+    let mut prefix = DEFAULT_LOG_PREFIX.to_owned();
+    if let Some(raw_prefix) = &raw.log_prefix {
+        match log_prefix_problem(&raw_prefix.value) {
+            Some(message) => errors.error(
+                raw_prefix.span,
+                message,
+                "write up to 29 letters, digits, spaces and any of `_.,:;=/@%+|()#-`, e.g. `\"calico-packet: \"`",
+            ),
+            None => prefix.clone_from(&raw_prefix.value),
+        }
+    }
+    let mut level = DEFAULT_LOG_LEVEL;
+    if let Some(raw_level) = &raw.log_level {
+        match u8::try_from(raw_level.value) {
+            Ok(value) if value <= 7 => level = value,
+            _ => errors.error(
+                raw_level.span,
+                format!(
+                    "`logLevel` must be a syslog level from 0 to 7, not `{}`",
+                    raw_level.value
+                ),
+                "5 (notice) is Felix's; 4 is warning, 6 info, 7 debug",
+            ),
+        }
+    }
+    // Felix keeps `logPrefix` whatever writes the logs; so do we, and they are checked either
+    // way, so that switching `logTarget` never turns a config invalid.
+    if !kernel_log {
+        return;
+    }
+    config.log_target = LogTarget::KernelLog { prefix, level };
+}
+
+/// What a kernel-log prefix may hold besides letters and digits: the characters a rule's
+/// comment keeps (`ruleset::sanitize_comment`), none of which needs quoting inside quotes.
+const LOG_PREFIX_PUNCTUATION: &str = " _.,:;=/@%+|()#-";
+
+/// What is wrong with a kernel-log prefix, if anything: it goes into `iptables-restore` and
+/// `nft` input between double quotes.
+fn log_prefix_problem(prefix: &str) -> Option<String> {
+    if prefix.is_empty() {
+        return Some("`logPrefix` is empty".into());
+    }
+    if prefix.len() > MAX_LOG_PREFIX {
+        return Some(format!(
+            "`logPrefix` has {} characters; the kernel keeps at most {MAX_LOG_PREFIX}",
+            prefix.len()
+        ));
+    }
+    prefix
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || LOG_PREFIX_PUNCTUATION.contains(c)))
+        .map(|c| format!("`logPrefix` may not hold {c:?}"))
 }
 
 /// `failsafeInbound` and `failsafeOutbound`.
@@ -769,6 +889,7 @@ mod tests {
         assert_eq!(config.mark_mask, 0xffff_0000);
         assert_eq!(config.failsafe_inbound.len(), 9);
         assert_eq!(config.resync_interval, Duration::from_secs(90));
+        assert!(config.early_drop);
         assert!(config.host_interface_exclude.is_match("flannel.1"));
         assert!(!config.host_interface_exclude.is_match("eth0"));
     }
@@ -780,7 +901,8 @@ mod tests {
              logActions: [Allow, Deny]\nfailsafeInbound: [{protocol: tcp, port: 2222}]\n\
              failsafeOutbound: []\nnodeName: node-1\nhostLabels: {role: edge}\n\
              hostInterfaceExclude: '^docker'\nipv6: false\nresyncInterval: 1s\ndebounce: 100ms\n\
-             allowEmpty: true\nnflogGroupEgress: 6\nmetricsAddress: 127.0.0.1:9808\n",
+             allowEmpty: true\nnflogGroupEgress: 6\nmetricsAddress: 127.0.0.1:9808\n\
+             earlyDrop: false\n",
         );
         assert_eq!(errors, Vec::<String>::new());
         assert_eq!(config.policies_dir, PathBuf::from("/srv/p"));
@@ -806,6 +928,7 @@ mod tests {
         assert_eq!(config.resync_interval, Duration::from_secs(1));
         assert_eq!(config.debounce, Duration::from_millis(100));
         assert!(config.allow_empty);
+        assert!(!config.early_drop);
         assert_eq!(
             config.metrics_address,
             Some("127.0.0.1:9808".parse().unwrap())
@@ -833,6 +956,51 @@ mod tests {
         assert!(errors[2].contains("is not a duration"));
         assert!(errors[3].contains("`ipv6` must be"));
         assert!(errors[4].contains("not an address and port"));
+    }
+
+    #[test]
+    fn log_rules_go_to_nflog_unless_the_kernel_log_is_chosen_with_felixs_defaults() {
+        assert_eq!(Config::default().log_target, LogTarget::Nflog);
+        let (config, errors) = parse_text("logTarget: nflog\nlogPrefix: 'x: '\nlogLevel: 7\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(config.log_target, LogTarget::Nflog);
+        let (config, errors) = parse_text("logTarget: log\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            config.log_target,
+            LogTarget::KernelLog {
+                prefix: "calico-packet: ".into(),
+                level: 5
+            }
+        );
+        let (config, errors) = parse_text("logTarget: log\nlogPrefix: 'npg drop: '\nlogLevel: 4\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            config.log_target,
+            LogTarget::KernelLog {
+                prefix: "npg drop: ".into(),
+                level: 4
+            }
+        );
+    }
+
+    #[test]
+    fn log_target_prefix_and_level_are_checked_whatever_the_target() {
+        let (_, errors) = parse_text("logTarget: syslog\nlogPrefix: 'say \"hi\"'\nlogLevel: 8\n");
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(
+            errors[0].contains("unknown `logTarget` `syslog`"),
+            "{errors:?}"
+        );
+        assert!(errors[1].contains("may not hold '\"'"), "{errors:?}");
+        assert!(
+            errors[2].contains("syslog level from 0 to 7, not `8`"),
+            "{errors:?}"
+        );
+        let (_, errors) = parse_text(&format!("logPrefix: '{}'\n", "x".repeat(30)));
+        assert!(errors[0].contains("has 30 characters"), "{errors:?}");
+        let (_, errors) = parse_text("logPrefix: ''\n");
+        assert!(errors[0].contains("`logPrefix` is empty"), "{errors:?}");
     }
 
     #[test]

@@ -331,6 +331,9 @@ pub enum Match {
     },
     /// Connection tracking state.
     Conntrack(CtState),
+    /// A TCP SYN: SYN set, ACK clear (`-m tcp --tcp-flags SYN,ACK SYN`); needs the TCP
+    /// protocol match before it. Never a reply: a reply's SYN carries ACK.
+    TcpSyn,
     /// Incoming interface (`-i`); a trailing `+` matches a prefix.
     InInterface(String),
     /// Outgoing interface (`-o`).
@@ -363,9 +366,20 @@ pub enum Action {
         /// Prefix (already shortened to the kernel's limit and made of safe characters).
         prefix: String,
     },
+    /// Write to the kernel log (`-j LOG`, nftables `log` without a group).
+    Log {
+        /// The text before the packet (made of safe characters, at most 29).
+        prefix: String,
+        /// The syslog level, 0 to 7.
+        level: u8,
+    },
     /// Exempt from connection tracking (raw table only).
     NoTrack,
 }
+
+/// The syslog level the kernel log uses when a rule names none (warning): `iptables-save` and
+/// `nft list` leave it out.
+pub const DEFAULT_KERNEL_LOG_LEVEL: u8 = 4;
 
 /// The type of an ipset.
 #[derive(

@@ -14,7 +14,9 @@
 //! number, notProtocol, ipVersion; source and destination selectors over
 //! GlobalNetworkSets and other nodes' HostEndpoints; policy selectors over
 //! the node's labels; both families), a config (`logActions`, failsafe
-//! ports, host labels), and about eight packets that the reference decides
+//! ports, host labels; `earlyDrop` on in even cases and off in odd ones, so
+//! denied TCP SYNs are dropped in raw in half the cases and in mangle in the
+//! other half, against the same reference), and about eight packets that the reference decides
 //! in different ways (see `generate::pick_probes`). The probes of a case run
 //! in parallel; a probe the reference drops waits
 //! [`DROP_PROBE_TIMEOUT`], one it allows up to [`ALLOW_PROBE_TIMEOUT`].
@@ -260,6 +262,18 @@ impl<'lab> Differential<'lab> {
         });
         std::thread::sleep(Duration::from_millis(30));
         let seen = seen(&self.log);
+        // Each rule logs a packet once: a message twice means a packet was judged twice (by
+        // the early drop in raw and again in mangle, say).
+        let mut times: std::collections::BTreeMap<_, usize> = std::collections::BTreeMap::new();
+        for event in &self.log.events()[log_start..] {
+            if let (Some(src), Some(sport), Some(dport), Some(proto)) =
+                (event.src, event.sport, event.dport, event.proto)
+            {
+                *times
+                    .entry((key(src, sport, dport, proto), event.prefix.clone()))
+                    .or_default() += 1;
+            }
+        }
 
         for (((packet, verdict), traced), result) in
             packets.iter().zip(expected).zip(traced).zip(results)
@@ -270,10 +284,14 @@ impl<'lab> Differential<'lab> {
                 Err(ConnectError::TimedOut) => (false, "timed out".to_owned()),
                 Err(other) => (!verdict.allowed, format!("unexpected probe error: {other}")),
             };
+            let packet_key = key(packet.src, packet.sport, packet.dport, packet.proto);
             let logs: BTreeSet<String> = seen
                 .iter()
-                .filter(|(k, _)| *k == key(packet.src, packet.sport, packet.dport, packet.proto))
-                .map(|(_, prefix)| prefix.clone())
+                .filter(|(k, _)| *k == packet_key)
+                .map(|(k, prefix)| match times.get(&(*k, prefix.clone())) {
+                    Some(&count) if count > 1 => format!("{prefix} (logged {count} times)"),
+                    _ => prefix.clone(),
+                })
                 .collect();
             let expected_logs: BTreeSet<String> = verdict.logs.iter().cloned().collect();
             let broken = matches!(
@@ -606,7 +624,7 @@ fn differential(backend: Backend, native_nftables: bool) {
 }
 
 /// Our part of the node's rules with packet counters, for failure
-/// messages: `iptables-save -c` / `ip6tables-save -c` of the mangle table,
+/// messages: `iptables-save -c` / `ip6tables-save -c` of the raw and mangle tables,
 /// or our nftables tables.
 fn kernel_rules(lab: &Lab, native_nftables: bool) -> String {
     if native_nftables {
@@ -614,10 +632,12 @@ fn kernel_rules(lab: &Lab, native_nftables: bool) -> String {
     }
     let mut out = String::new();
     for family in [support::Family::V4, support::Family::V6] {
-        let save = lab
-            .node()
-            .exec(lab.backend().iptables_save(family), &["-c", "-t", "mangle"]);
-        out.push_str(&save.stdout);
+        for table in ["raw", "mangle"] {
+            let save = lab
+                .node()
+                .exec(lab.backend().iptables_save(family), &["-c", "-t", table]);
+            out.push_str(&save.stdout);
+        }
     }
     out.push_str(&lab.node().exec("ipset", &["list"]).stdout);
     out

@@ -145,6 +145,78 @@ fn ruleset(file: &Path) -> Ruleset {
     .ruleset
 }
 
+/// Shapes no golden policy has: a `Log` rule written to the kernel log (`-j LOG`, nft `log`
+/// without a group, at Felix's level and at the default one the tools leave out), one negated
+/// net folded into the main rule, and NFLOG prefixes of 63 characters hashed.
+fn felix_shapes(dir: &Path) -> Ruleset {
+    let name = "a-policy-name-of-fifty-eight-characters-for-felixs-prefix1";
+    assert_eq!(name.len(), 58);
+    let yaml = format!(
+        "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {{name: {name}}}
+spec:
+  selector: all()
+  preDNAT: true
+  applyOnForward: true
+  ingress:
+  - action: Deny
+    protocol: TCP
+    source: {{nets: [198.51.100.10/32, 203.0.113.0/24], notNets: [203.0.113.11/32]}}
+  - action: Log
+    protocol: UDP
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {{name: logs-at-warning}}
+spec:
+  selector: all()
+  ingress:
+  - action: Log
+"
+    );
+    let file = dir.join("felix-shapes.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let set = nodeport_guard::policy_set::load(std::slice::from_ref(&file));
+    assert!(set.is_valid(), "{:?}", set.diagnostics);
+    let mut config = Config {
+        log_target: nodeport_guard::config::LogTarget::KernelLog {
+            prefix: "calico-packet: ".into(),
+            level: 5,
+        },
+        ..Config::default()
+    };
+    let mut ruleset = compile(
+        &set.model,
+        &config,
+        &nodeport_guard::fixtures::golden_host(),
+    )
+    .ruleset;
+    // The filter table's Log rule at the default level (4), which the tools do not print.
+    config.log_target = nodeport_guard::config::LogTarget::KernelLog {
+        prefix: "npg: ".into(),
+        level: 4,
+    };
+    let at_warning = compile(
+        &set.model,
+        &config,
+        &nodeport_guard::fixtures::golden_host(),
+    )
+    .ruleset;
+    for (family, warning) in ruleset.families.iter_mut().zip(at_warning.families) {
+        family
+            .tables
+            .retain(|table| table.table != nodeport_guard::ruleset::Table::Filter);
+        family.tables.extend(
+            warning
+                .tables
+                .into_iter()
+                .filter(|table| table.table == nodeport_guard::ruleset::Table::Filter),
+        );
+    }
+    ruleset
+}
+
 /// What our parsers read, without what may differ: rule texts (the fake echoes our spelling)
 /// and counters.
 fn comparable(mut state: State) -> State {
@@ -332,6 +404,10 @@ fn golden_policies_read_the_same(backend: &'static dyn Backend) {
         .iter()
         .map(|file| (file.display().to_string(), backend.desired(&ruleset(file))))
         .collect();
+    steps.push((
+        "Felix's shapes, Log rules to the kernel log".to_owned(),
+        backend.desired(&felix_shapes(dir.path())),
+    ));
     steps.push(("cleanup".to_owned(), State::default()));
     let check = |step: &str| {
         let disagreements = mirror.take_disagreements();

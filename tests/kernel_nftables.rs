@@ -113,7 +113,8 @@ fn tables_and_priorities_next_to_iptables_nft() {
 fn drift_is_reported_repaired_and_makes_saved_plans_stale() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Nftables);
-    let guard = Guard::new(&lab);
+    // Only mangle judges here: with the early drop, raw would still drop the denied SYNs.
+    let guard = Guard::with_config(&lab, "earlyDrop: false\n");
     guard.write_policy("a.yaml", WHITELIST);
     guard.apply();
     let applied = guard.snapshot().canonical();

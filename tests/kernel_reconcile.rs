@@ -154,7 +154,8 @@ backend_tests!(plan_reports_changes_until_apply_and_reapply_is_a_no_op);
 /// rules exactly, and the whitelist works again.
 fn drift_is_reported_and_repaired_keeping_foreign_rules(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::new(&lab);
+    // Only mangle judges here: with the early drop, raw would still drop the denied SYNs.
+    let guard = Guard::with_config(&lab, "earlyDrop: false\n");
     guard.write_policy("a.yaml", &policy_a());
     guard.apply();
     let applied = guard.snapshot();
@@ -207,21 +208,29 @@ backend_tests!(
     iptables_only
 );
 
+/// Policy A applied with `config`, then another program's ACCEPT inserted at the top of
+/// mangle PREROUTING, above our jump.
+fn policy_a_under_a_foreign_accept<'lab>(lab: &'lab Lab, config: &str) -> Guard<'lab> {
+    let guard = Guard::with_config(lab, config);
+    guard.write_policy("a.yaml", &policy_a());
+    guard.apply();
+    iptables(
+        lab,
+        Family::V4,
+        "-t mangle -I PREROUTING 1 -m comment --comment other-tool -j ACCEPT",
+    );
+    guard
+}
+
 /// Another program that inserts an ACCEPT at the top of mangle
 /// PREROUTING (ahead of our jump) opens every guarded port; `plan` says
 /// our jump must move back to position 1, and after `apply` it is first
 /// again, the ACCEPT second, and the whitelist holds.
 fn foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::new(&lab);
-    guard.write_policy("a.yaml", &policy_a());
-    guard.apply();
-
-    iptables(
-        &lab,
-        Family::V4,
-        "-t mangle -I PREROUTING 1 -m comment --comment other-tool -j ACCEPT",
-    );
+    // Only mangle judges here: with the early drop, raw would still drop the denied SYNs
+    // (`early_drop_survives_a_foreign_accept_in_mangle`).
+    let guard = policy_a_under_a_foreign_accept(&lab, "earlyDrop: false\n");
     behaves_unguarded(&lab, "with a foreign ACCEPT above our jump");
     let (code, out) = guard.plan_detailed();
     assert_eq!(code, 2, "{out}");
@@ -240,6 +249,18 @@ fn foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply(backend: Bac
 }
 backend_tests!(
     foreign_accept_inserted_above_our_jump_cannot_bypass_after_apply,
+    iptables_only
+);
+
+/// With the early drop on (the default), a foreign ACCEPT at the top of mangle PREROUTING
+/// does not open the guarded port to new connections: their SYNs were judged in raw.
+fn early_drop_survives_a_foreign_accept_in_mangle(backend: Backend) {
+    let lab = Lab::new(backend);
+    let _guard = policy_a_under_a_foreign_accept(&lab, "");
+    behaves_like_a(&lab, "with a foreign ACCEPT above our jump in mangle");
+}
+backend_tests!(
+    early_drop_survives_a_foreign_accept_in_mangle,
     iptables_only
 );
 
@@ -351,7 +372,8 @@ fn foreign_rules_chains_and_sets_survive_apply_and_cleanup(backend: Backend) {
     let nft_before = nft_ruleset(&lab);
     guard.apply();
     let applied = guard.snapshot();
-    for table in ["mangle", "filter"] {
+    // raw: the early drop of denied TCP SYNs, beside the operator's own raw rule.
+    for table in ["raw", "mangle", "filter"] {
         assert!(
             !applied.chains(Family::V4, table, "npg-").is_empty(),
             "the policies must use {table}: {applied:?}"

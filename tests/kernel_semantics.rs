@@ -655,7 +655,9 @@ fn text_counters(status: &str, policy: &str, rule: u64) -> (u64, u64) {
 /// traffic to an unguarded port, which no rule decides), the Allow rule
 /// shows exactly the one SYN it accepted (later packets are established
 /// and never reach the policy) and the Deny rule at least the two SYNs
-/// it dropped; text and JSON agree.
+/// it dropped; text and JSON agree. With the early drop (the default) both
+/// SYNs' counts come from the raw copies of the rules, the allowed one once
+/// (mangle returns a SYN raw judged).
 fn status_reports_packets_of_the_rule_that_decided(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);

@@ -21,6 +21,9 @@
 //!   file to the first connection the new rule lets through, p50 and p99.
 //! * `packet`: new TCP connections per second through a guarded NodePort (DNAT), whitelists of
 //!   10, 1,000 and 100,000 CIDRs, versus no firewall and versus one rule per CIDR.
+//! * `flood`: TCP SYNs from spoofed sources to the guarded NodePort absorbed per second, with
+//!   the early drop on and off, versus one bare drop rule in raw `PREROUTING` (the floor) and
+//!   in mangle `PREROUTING`.
 //! * `idle`: the daemon at rest with 1,000 policies: resident memory and CPU.
 //!
 //! Needs root (network namespaces); without it every scenario is skipped with a message and
@@ -30,8 +33,8 @@
 //! (`target/release/nodeport-guard`). Nothing outside the `npgt-` namespaces it creates is
 //! touched; they are removed when a scenario ends, on a panic, and on Ctrl-C / SIGTERM.
 //!
-//! Layout: `dataplane` (plan, apply, loop, incremental), `daemon` (reload, idle) and `packet`
-//! hold the scenarios; `opts`, `report`, `run`, `site`, `policies` and `signals` what they
+//! Layout: `dataplane` (plan, apply, loop, incremental), `daemon` (reload, idle), `packet`
+//! and `flood` hold the scenarios; `opts`, `report`, `run`, `site`, `policies` and `signals` what they
 //! share.
 
 #![allow(missing_docs)]
@@ -43,6 +46,7 @@ mod support;
 
 mod daemon;
 mod dataplane;
+mod flood;
 mod opts;
 mod packet;
 mod policies;
@@ -56,6 +60,7 @@ use std::time::Instant;
 
 use daemon::{idle_scenario, reload_scenario};
 use dataplane::{apply_scenario, incremental_scenario, loop_scenario, plan_scenario};
+use flood::flood_scenario;
 use opts::parse_opts;
 use packet::packet_scenario;
 use report::Report;
@@ -147,6 +152,7 @@ fn main() {
             "incremental" => incremental_scenario(&opts, &mut report),
             "reload" => reload_scenario(&opts, &mut report),
             "packet" => packet_scenario(&opts, &mut report),
+            "flood" => flood_scenario(&opts, &mut report),
             "idle" => idle_scenario(&opts, &mut report),
             _ => {}
         }

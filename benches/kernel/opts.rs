@@ -52,20 +52,21 @@ pub(crate) struct Opts {
     pub(crate) runs: Option<usize>,
 }
 
-pub(crate) const SCENARIOS: [&str; 7] = [
+pub(crate) const SCENARIOS: [&str; 8] = [
     "plan",
     "apply",
     "loop",
     "incremental",
     "reload",
     "packet",
+    "flood",
     "idle",
 ];
 
 pub(crate) const USAGE: &str =
     "usage: cargo bench --bench kernel -- [SCENARIO…] [--quick] [--runs N] \
 [--policies N] [--backend iptables-legacy,iptables-nft,nftables]
-scenarios: plan apply loop incremental reload packet idle (default: all)";
+scenarios: plan apply loop incremental reload packet flood idle (default: all)";
 
 pub(crate) fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut opts = Opts {

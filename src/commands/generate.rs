@@ -71,10 +71,14 @@ without root.
 \fB/etc/nodeport\-guard/config.yaml\fR (\fB\-\-config\fR); a missing file means all defaults,
 unknown keys are errors. Keys: \fBpoliciesDir\fR, \fBbackend\fR (auto, iptables\-legacy,
 iptables\-nft, nftables), \fBmarkMask\fR (0xffff0000), \fBnflogGroup\fR (1),
-\fBnflogGroupEgress\fR (2), \fBlogActions\fR ([Deny]), \fBfailsafeInbound\fR,
+\fBnflogGroupEgress\fR (2), \fBlogActions\fR ([Deny]), \fBlogTarget\fR (nflog; log writes
+\fBLog\fR rules to the kernel log as Felix does, with \fBlogPrefix\fR ("calico\-packet: ") and
+\fBlogLevel\fR (5)), \fBfailsafeInbound\fR,
 \fBfailsafeOutbound\fR, \fBnodeName\fR, \fBhostLabels\fR, \fBhostInterfaceExclude\fR,
 \fBipv6\fR (auto), \fBresyncInterval\fR (90s), \fBdebounce\fR (200ms), \fBallowEmpty\fR (false),
-\fBrevokeEstablished\fR (false), \fBnflogListener\fR (false), \fBmetricsAddress\fR (null).
+\fBrevokeEstablished\fR (false), \fBnflogListener\fR (false), \fBmetricsAddress\fR (null),
+\fBearlyDrop\fR (true: TCP SYNs that pre\-DNAT policy denies are dropped in raw PREROUTING,
+before connection tracking).
 The packaged file explains each; \fBnodeport\-guard schema \-\-config\-schema\fR prints its
 schema.
 .SH FILES

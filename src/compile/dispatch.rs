@@ -276,7 +276,7 @@ fn dispatch_rule(
 
 /// The returns of a top-level chain for the host's traffic to itself, recognised on `side`:
 /// the loopback interface and the host's own addresses.
-fn self_traffic_rules(
+pub(super) fn self_traffic_rules(
     side: Side,
     sets: &mut SetRegistry<'_>,
     own_addresses: &[IpAddr],

@@ -215,6 +215,7 @@ impl Hash for Context<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.marks.hash(state);
         self.config.log_actions.hash(state);
+        self.config.log_target.hash(state);
         self.config.nflog_group.hash(state);
         self.config.nflog_group_egress.hash(state);
         state.write_usize(self.network_sets.len());

@@ -13,6 +13,8 @@
 //!          FORWARD    → npg-FORWARD    → npg-from/to-hep-forward → npg-fhfw/thfw-<if>
 //!          OUTPUT     → npg-OUTPUT     → npg-to-host-endpoint    → npg-th-<if>
 //! raw      OUTPUT     → npg-OUTPUT     → npg-to-host-endpoint    → npg-th-<if>  (doNotTrack)
+//! raw      PREROUTING → npg-PREROUTING → npg-syn-PREROUTING → npg-syn-from-host-endpoint
+//!                       (TCP SYNs only: pre-DNAT policy before conntrack, `early_drop`)
 //! ```
 //!
 //! An endpoint chain runs the failsafe chain, clears the accept and pass bits, then jumps to
@@ -30,6 +32,7 @@
 
 pub mod binding;
 mod dispatch;
+mod early_drop;
 mod endpoints;
 mod memo;
 pub mod names;
@@ -229,6 +232,8 @@ impl Compiler<'_> {
 
         // Top-level chains, one per hooked kernel chain.
         self.hook_chains(&mut builders, sets, &own_addresses, bindings);
+        // TCP SYNs that pre-DNAT policy denies, dropped in raw before conntrack.
+        self.early_drop(&mut builders, sets, &own_addresses, bindings);
 
         Table::ALL
             .into_iter()

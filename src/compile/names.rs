@@ -80,6 +80,26 @@ pub fn staged_policy_chain(policy: &str, direction: Direction) -> String {
     chain_name(prefix, policy, MAX_CHAIN_NAME)
 }
 
+/// The top chain of the early drop in raw `PREROUTING` (`earlyDrop`): where a TCP SYN goes to
+/// be judged by pre-DNAT policy before connection tracking.
+pub const EARLY_DROP_CHAIN: &str = "npg-syn-PREROUTING";
+
+/// The raw table's copy of one of the pre-DNAT path's own chains (dispatch, endpoint,
+/// failsafe), for the early drop: `npg-syn-…`, apart from the doNotTrack chains of the same
+/// shape that raw may hold. Policy chains keep their names: a policy is on one path only.
+pub fn early_drop_chain(name: &str) -> String {
+    let rest = name.strip_prefix(CHAIN_PREFIX).unwrap_or(name);
+    chain_name("npg-syn-", rest, MAX_CHAIN_NAME)
+}
+
+/// Whether a chain holds one policy's rules, or a batch of policy jumps: chains whose names
+/// say what they hold, the same in every table.
+pub fn is_policy_chain(name: &str) -> bool {
+    ["npg-pi-", "npg-po-", "npg-spi-", "npg-spo-", "npg-pb-"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
+
 /// Token standing for "every interface" in endpoint chain names. It is longer than any
 /// interface name may be (15), so it cannot collide with one.
 pub const ALL_INTERFACES: &str = "all-interfaces.any";

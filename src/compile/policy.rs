@@ -113,6 +113,7 @@ impl Compiler<'_> {
             tier: &policy.tier,
             direction,
             log_actions: &self.config.log_actions,
+            log_target: &self.config.log_target,
             nflog_group: self.nflog_group(direction),
             staged,
         };

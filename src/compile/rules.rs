@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use ipnet::IpNet;
 
 use super::sets::SetRegistry;
+use crate::config::LogTarget;
 use crate::marks::MarkBits;
 use crate::model::{self, Direction, IcmpMatch, IpFamily, Port};
 use crate::ruleset::{
@@ -20,7 +21,9 @@ use crate::ruleset::{
 /// Lists of more nets than this become a set rather than one kernel rule per net.
 pub const INLINE_NETS_MAX: usize = 8;
 
-/// Longest NFLOG prefix the kernel keeps (64 bytes with the terminating NUL).
+/// Longest NFLOG prefix the kernel keeps (64 bytes with the terminating NUL). A prefix this
+/// long or longer is hashed (Felix's `maybeHash`), so a plain prefix is always shorter and can
+/// never pass for a hashed one.
 pub const MAX_NFLOG_PREFIX: usize = 63;
 
 /// Everything the rule compiler needs besides the rule itself.
@@ -39,6 +42,8 @@ pub struct RuleContext<'a> {
     pub log_actions: &'a BTreeSet<model::Action>,
     /// The NFLOG group of this direction.
     pub nflog_group: u16,
+    /// Where `Log` rules write.
+    pub log_target: &'a LogTarget,
     /// Whether the policy is staged: its Deny logs (always) and returns instead of dropping,
     /// and its prefixes and comments say `staged`.
     pub staged: bool,
@@ -67,10 +72,11 @@ pub fn nflog_prefix(
     shorten_prefix(prefix)
 }
 
-/// Shortens an NFLOG prefix longer than the kernel keeps: the first and last ten characters
-/// stay readable, the middle becomes a hash.
+/// Shortens an NFLOG prefix of [`MAX_NFLOG_PREFIX`] characters or more, as Felix's
+/// `maybeHash` does: the first and last ten characters stay readable, the middle becomes `_`
+/// and a hash of the whole prefix, 63 characters in all.
 pub fn shorten_prefix(prefix: String) -> String {
-    if prefix.len() <= MAX_NFLOG_PREFIX {
+    if prefix.len() < MAX_NFLOG_PREFIX {
         return prefix;
     }
     let head = &prefix[..10];
@@ -93,10 +99,30 @@ pub fn rule_comment(
     comment
 }
 
-/// A group of alternatives of which at least one (`Any`) or none (`None`) must match.
+/// A group of alternatives of which at least one (`Any`) or none (`None`) must match. An `Any`
+/// block is of ports or of nets: Felix writes every port block before every net block.
 enum Block {
-    Any(Vec<Vec<Match>>),
+    Any(BlockOf, Vec<Vec<Match>>),
     None(Vec<Vec<Match>>),
+}
+
+/// What an `Any` block's alternatives are.
+#[derive(Clone, Copy)]
+enum BlockOf {
+    Ports,
+    Nets,
+}
+
+impl Block {
+    /// Where the block goes: Felix's order is the port blocks (source, then destination), the
+    /// net blocks, then the negated net blocks.
+    fn rank(&self) -> u8 {
+        match self {
+            Block::Any(BlockOf::Ports, _) => 0,
+            Block::Any(BlockOf::Nets, _) => 1,
+            Block::None(_) => 2,
+        }
+    }
 }
 
 /// The conditions of one policy rule, gathered field by field before they become kernel rules.
@@ -165,13 +191,14 @@ pub fn compile_rule(
     if let Some(number) = protocols.positive {
         conditions.main.push(protocol_match(number, false));
     }
+    // Felix's order within each side: nets, selector, ports (numeric, then named).
     for (side, entity) in [
         (Side::Source, &rule.source),
         (Side::Destination, &rule.destination),
     ] {
-        scope.port_conditions(&mut conditions, side, entity, protocols.positive, sets);
         scope.net_conditions(&mut conditions, side, entity, sets);
         selector_conditions(&mut conditions, side, entity, sets);
+        scope.port_conditions(&mut conditions, side, entity, protocols.positive, sets);
     }
     let (mut main, blocks) = scope.finish_conditions(conditions, protocols.negated);
     let mut out = scope.block_rules(&blocks);
@@ -249,7 +276,9 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         match alternatives.len() {
             0 => {}
             1 => conditions.main.extend(without_protocol(alternatives)),
-            _ => conditions.blocks.push(Block::Any(alternatives)),
+            _ => conditions
+                .blocks
+                .push(Block::Any(BlockOf::Ports, alternatives)),
         }
         let purpose = format!("{word} notPorts");
         let negated = port_matches(
@@ -276,7 +305,6 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         let family = self.context.family;
         let nets = inline_nets(&entity.nets, family);
         let not_nets = inline_nets(&entity.not_nets, family);
-        let positive_inline = nets.len() <= INLINE_NETS_MAX && !nets.is_empty();
         if nets.len() > INLINE_NETS_MAX {
             let name = self.net_set(side, "nets", &nets, sets);
             conditions
@@ -287,14 +315,16 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         } else if nets.len() > 1 {
             conditions
                 .blocks
-                .push(Block::Any(net_alternatives(&nets, side)));
+                .push(Block::Any(BlockOf::Nets, net_alternatives(&nets, side)));
         }
         if not_nets.len() > INLINE_NETS_MAX {
             let name = self.net_set(side, "notNets", &not_nets, sets);
             conditions
                 .negations
                 .push(set_match(side, name, SetLookup::Address, true));
-        } else if not_nets.len() == 1 && !positive_inline {
+        } else if not_nets.len() == 1 && nets.len() != 1 {
+            // One kernel rule holds one `-s` (or `-d`): a single negated net goes into the
+            // main rule unless one positive net holds that place already, as in Felix.
             conditions
                 .negations
                 .push(net_match(side, not_nets[0], true));
@@ -356,9 +386,9 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         // every `Any` block must come before any `None` block, whichever side each came from:
         // a source `notNets` block ahead of a destination `nets` block would otherwise be
         // overridden by it, and the destination condition would never be required. AND is
-        // commutative; the sort is stable, so the rules read in the order the policy wrote
-        // its conditions.
-        blocks.sort_by_key(|block| matches!(block, Block::None(_)));
+        // commutative, so the blocks may go in Felix's order (ports, nets, negated nets); the
+        // sort is stable, so within each kind the source side comes first.
+        blocks.sort_by_key(Block::rank);
         (main, blocks)
     }
 
@@ -371,7 +401,7 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             return Vec::new();
         };
         let initial = match first {
-            Block::Any(_) => 0,
+            Block::Any(..) => 0,
             Block::None(_) => marks.scratch0,
         };
         let mut out = vec![self.tag(Rule::new(
@@ -384,7 +414,7 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         let mut any_blocks_seen = 0;
         for block in blocks {
             match block {
-                Block::Any(alternatives) => {
+                Block::Any(_, alternatives) => {
                     out.extend(self.any_block_rules(alternatives, any_blocks_seen));
                     any_blocks_seen += 1;
                 }
@@ -410,6 +440,9 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             }
             return out;
         }
+        // The block before this one left scratch1 set if it matched; clear it, or this block
+        // would pass without matching. (Felix does not, and accepts what only some positive
+        // blocks match: docs/felix.md.)
         if earlier > 1 {
             out.push(self.tag(Rule::new(Vec::new(), clear_bits(marks.scratch1))));
         }
@@ -456,7 +489,16 @@ impl<'r, 'c> RuleScope<'r, 'c> {
                 logs(model::Action::Deny),
                 Action::Drop,
             ),
-            model::Action::Log => vec![self.main_rule(main, self.log('L'))],
+            model::Action::Log => {
+                let action = match self.context.log_target {
+                    LogTarget::Nflog => self.log('L'),
+                    LogTarget::KernelLog { prefix, level } => Action::Log {
+                        prefix: prefix.clone(),
+                        level: *level,
+                    },
+                };
+                vec![self.main_rule(main, action)]
+            }
         }
     }
 

@@ -155,8 +155,12 @@ fn logging_allow_adds_nflog_before_the_return() {
 }
 
 #[test]
-fn pre_dnat_policy_hooks_mangle_prerouting_only() {
-    let compiled = compile_policies(vec![mission()], &Config::default());
+fn pre_dnat_policy_without_early_drop_hooks_mangle_prerouting_only() {
+    let config = Config {
+        early_drop: false,
+        ..Config::default()
+    };
+    let compiled = compile_policies(vec![mission()], &config);
     let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
     assert_eq!(
         v4.tables.iter().map(|t| t.table).collect::<Vec<_>>(),
@@ -442,9 +446,112 @@ fn thousands_of_policies_keep_every_chain_short() {
     let batches = compiled
         .ruleset
         .chains()
-        .filter(|(f, _, c)| *f == IpFamily::V4 && c.name.starts_with("npg-pb-"))
+        .filter(|(f, t, c)| {
+            *f == IpFamily::V4 && *t == Table::Mangle && c.name.starts_with("npg-pb-")
+        })
         .count();
     assert_eq!(batches, 25);
+}
+
+/// `earlyDrop`: raw PREROUTING sends TCP SYNs (and nothing else) through copies of the
+/// pre-DNAT path's chains, which end in the very same policy chains; mangle returns the SYNs
+/// raw judged.
+#[test]
+fn early_drop_judges_syns_in_raw_with_the_same_policy_chains() {
+    let compiled = compile_policies(vec![mission()], &Config::default());
+    let v4 = compiled.ruleset.family(IpFamily::V4).expect("v4");
+    assert_eq!(
+        v4.tables.iter().map(|t| t.table).collect::<Vec<_>>(),
+        vec![Table::Raw, Table::Mangle]
+    );
+    let raw = v4.table(Table::Raw).expect("raw");
+    assert_eq!(
+        raw.hooks,
+        vec![Hook {
+            kernel_chain: "PREROUTING".into(),
+            target: "npg-PREROUTING".into()
+        }]
+    );
+    assert_eq!(
+        chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING"),
+        vec![
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -g npg-syn-PREROUTING",
+        ]
+    );
+    assert_eq!(
+        chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-syn-PREROUTING"),
+        vec![
+            "-A npg-syn-PREROUTING -j MARK --set-xmark 0x0/0x1f0000",
+            "-A npg-syn-PREROUTING -m comment --comment \"host to itself\" -i lo -j RETURN",
+            "-A npg-syn-PREROUTING -m comment --comment \"host to itself (src is a host address)\" -m set --match-set npg4-this-host src -j RETURN",
+            "-A npg-syn-PREROUTING -j npg-syn-from-host-endpoint",
+            "-A npg-syn-PREROUTING -m comment --comment \"judged by pre-DNAT policy before connection tracking: not dropped\" -j MARK --set-xmark 0x100000/0x100000",
+        ]
+    );
+    let mangle = v4.table(Table::Mangle).expect("mangle");
+    let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
+    assert_eq!(
+        raw.chain(&chain),
+        mangle.chain(&chain),
+        "the same policy chain"
+    );
+    let endpoint = chain_text(
+        &compiled,
+        IpFamily::V4,
+        Table::Raw,
+        &names::early_drop_chain("npg-fh-all-interfaces.any"),
+    );
+    assert!(
+        endpoint[0].ends_with("-j npg-syn-failsafe-in"),
+        "{endpoint:#?}"
+    );
+    // Nothing in raw looks at conntrack, which has not run yet.
+    assert!(
+        raw.chains
+            .iter()
+            .all(|chain| chain.rules.iter().all(|rule| !rule
+                .matches
+                .iter()
+                .any(|m| matches!(m, crate::ruleset::Match::Conntrack(_)))))
+    );
+    let top = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-PREROUTING");
+    assert_eq!(
+        top[1],
+        "-A npg-PREROUTING -m comment --comment \"TCP SYN judged in raw PREROUTING before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m mark --mark 0x100000/0x100000 -j RETURN"
+    );
+}
+
+/// With doNotTrack policy in raw too, the SYN rule comes last in raw's top chain, only for
+/// what doNotTrack did not accept, and the copies do not meet the doNotTrack chains.
+#[test]
+fn early_drop_follows_do_not_track_policy() {
+    let mut untracked_allow = rule(PolicyAction::Allow);
+    untracked_allow.source.nets = nets(&["192.0.2.0/24"]);
+    let untracked = policy(
+        "untracked",
+        1.0,
+        PolicyKind::Untracked,
+        vec![untracked_allow],
+    );
+    let compiled = compile_policies(vec![untracked, mission()], &Config::default());
+    let top = chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING");
+    assert_eq!(
+        top.last().map(String::as_str),
+        Some(
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m mark --mark 0x0/0x10000 -g npg-syn-PREROUTING"
+        )
+    );
+    assert!(
+        top.iter().any(|r| r.ends_with("-j npg-from-host-endpoint")),
+        "{top:#?}"
+    );
+    let raw = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .and_then(|f| f.table(Table::Raw))
+        .expect("raw");
+    assert!(raw.chain("npg-syn-from-host-endpoint").is_some());
+    assert!(raw.chain("npg-from-host-endpoint").is_some());
 }
 
 #[test]

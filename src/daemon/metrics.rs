@@ -1,19 +1,40 @@
-//! Prometheus metrics and the health endpoint, served when `metricsAddress` is set.
+//! Prometheus metrics: what the daemon counts, and its exposition, written by the Prometheus
+//! project's client library (`prometheus-client`: names, types, escaping) from a snapshot of
+//! [`Metrics`] and the kernel's counters. The HTTP side is [`super::http`].
 //!
-//! The server is a few lines over tokio's `TcpListener`: it answers `GET /metrics` and
-//! `GET /healthz` and nothing else, which does not justify a web framework.
+//! The library writes OpenMetrics, which Prometheus asks for first. Other scrapers get the
+//! Prometheus text format 0.0.4, the same text but for two spellings: a counter family is
+//! declared under its sample name (`…_total`), and there is no `# EOF` line
+//! ([`to_prometheus_text`]).
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpListener;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::counters::RuleCounter;
 
+/// Drift repairs by what noticed the drift (`nodeport_guard_drift_repairs_total{trigger}`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DriftRepairs {
+    /// Noticed by an nf_tables change notification.
+    pub notification: u64,
+    /// Noticed by iptables-legacy's once-a-second check.
+    pub poll: u64,
+    /// Found by the resync timer (or SIGHUP, or an address change, with the last good rules).
+    pub resync: u64,
+}
+
+/// The buckets of `nodeport_guard_apply_duration_seconds`, in seconds.
+const APPLY_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
 /// Everything the daemon reports.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     /// Reloads that applied (or found nothing to change).
     pub reloads_ok: u64,
@@ -21,8 +42,11 @@ pub struct Metrics {
     pub reloads_failed: u64,
     /// Reloads refused because the policy set became empty.
     pub reloads_refused: u64,
-    /// Resyncs that found and repaired drift.
-    pub drift_repairs: u64,
+    /// Checks that found and repaired drift, by what noticed it.
+    pub drift_repairs: DriftRepairs,
+    /// Times a drift check was held back by the rate limit (another program keeps changing
+    /// our rules).
+    pub drift_rate_limited: u64,
     /// Established connections cut because a change denies them (`revokeEstablished`).
     pub revoked_connections: u64,
     /// Established connections that could not be cut.
@@ -31,10 +55,8 @@ pub struct Metrics {
     pub last_apply_timestamp: u64,
     /// Duration of the last apply.
     pub last_apply_seconds: f64,
-    /// Sum and count of apply durations.
-    pub apply_seconds_sum: f64,
-    /// Number of applies.
-    pub apply_count: u64,
+    /// Every apply's duration.
+    pub apply_seconds: Histogram,
     /// Policies in the applied set.
     pub policies: usize,
     /// Kernel rules we own.
@@ -67,315 +89,330 @@ pub struct Metrics {
     >,
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            reloads_ok: 0,
+            reloads_failed: 0,
+            reloads_refused: 0,
+            drift_repairs: DriftRepairs::default(),
+            drift_rate_limited: 0,
+            revoked_connections: 0,
+            revoke_failures: 0,
+            last_apply_timestamp: 0,
+            last_apply_seconds: 0.0,
+            apply_seconds: Histogram::new(APPLY_BUCKETS),
+            policies: 0,
+            rules: 0,
+            set_members: 0,
+            policy_files_invalid: false,
+            heartbeat: None,
+            dropped: crate::drops::DropCounts::default(),
+            drops_skipped: 0,
+            drops_listening: false,
+            dropped_sources: crate::drops::SourceCounts::default(),
+            in_sync: false,
+            last_sync_timestamp: 0,
+            resync_interval_seconds: 0.0,
+            exposed_ports: None,
+        }
+    }
+}
+
 /// Metrics shared between the loop and the server.
 pub type Shared = Arc<Mutex<Metrics>>;
 
-/// Renders the Prometheus text format.
-pub fn render(metrics: &Metrics, counters: &[RuleCounter]) -> String {
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in lines {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    metric(
-        "nodeport_guard_reloads_total",
-        "counter",
+/// Labels in the order they are written.
+type Labels = Vec<(&'static str, String)>;
+
+/// A counter family with one sample per label set.
+fn counters(samples: impl IntoIterator<Item = (Labels, u64)>) -> Family<Labels, Counter> {
+    let family = Family::<Labels, Counter>::default();
+    for (labels, value) in samples {
+        family.get_or_create(&labels).inc_by(value);
+    }
+    family
+}
+
+fn counter(value: u64) -> Counter {
+    let counter = Counter::default();
+    counter.inc_by(value);
+    counter
+}
+
+fn gauge(value: i64) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(value);
+    gauge
+}
+
+fn gauge_f64(value: f64) -> Gauge<f64, std::sync::atomic::AtomicU64> {
+    let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    gauge.set(value);
+    gauge
+}
+
+fn count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The registry of one snapshot: every family, its help and its samples.
+fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
+    let mut registry = Registry::default();
+    let result = |name: &str| vec![("result", name.to_owned())];
+    registry.register(
+        "nodeport_guard_reloads",
         "Policy reloads by result.",
-        &[
-            ("{result=\"ok\"}".into(), metrics.reloads_ok.to_string()),
-            (
-                "{result=\"failed\"}".into(),
-                metrics.reloads_failed.to_string(),
-            ),
-            (
-                "{result=\"refused\"}".into(),
-                metrics.reloads_refused.to_string(),
-            ),
-        ],
+        counters([
+            (result("ok"), metrics.reloads_ok),
+            (result("failed"), metrics.reloads_failed),
+            (result("refused"), metrics.reloads_refused),
+        ]),
     );
-    metric(
-        "nodeport_guard_drift_repairs_total",
-        "counter",
-        "Resyncs that found rules changed by someone else and put them back.",
-        &[(String::new(), metrics.drift_repairs.to_string())],
+    let trigger = |name: &str| vec![("trigger", name.to_owned())];
+    let repairs = metrics.drift_repairs;
+    registry.register(
+        "nodeport_guard_drift_repairs",
+        "Rules changed by another program and put back, by what noticed it (notification: nf_tables change notifications; poll: the once-a-second check of iptables-legacy; resync: the resync timer).",
+        counters([
+            (trigger("notification"), repairs.notification),
+            (trigger("poll"), repairs.poll),
+            (trigger("resync"), repairs.resync),
+        ]),
     );
-    metric(
-        "nodeport_guard_revoked_connections_total",
-        "counter",
+    registry.register(
+        "nodeport_guard_drift_checks_rate_limited",
+        "Times a drift check was held back because another program keeps changing nodeport-guard's rules (after 5 checks in a burst, one a second).",
+        counter(metrics.drift_rate_limited),
+    );
+    registry.register(
+        "nodeport_guard_revoked_connections",
         "Established connections cut because a change of policies denies them (revokeEstablished).",
-        &[
-            (
-                "{result=\"cut\"}".into(),
-                metrics.revoked_connections.to_string(),
-            ),
-            (
-                "{result=\"failed\"}".into(),
-                metrics.revoke_failures.to_string(),
-            ),
-        ],
+        counters([
+            (result("cut"), metrics.revoked_connections),
+            (result("failed"), metrics.revoke_failures),
+        ]),
     );
-    metric(
+    registry.register(
         "nodeport_guard_last_apply_timestamp_seconds",
-        "gauge",
         "When the rules were last applied successfully.",
-        &[(String::new(), metrics.last_apply_timestamp.to_string())],
+        gauge(i64::try_from(metrics.last_apply_timestamp).unwrap_or(i64::MAX)),
     );
-    metric(
+    registry.register(
         "nodeport_guard_apply_duration_seconds",
-        "summary",
-        "How long applying took (last value in the gauge, all in sum and count).",
-        &[
-            ("_sum".into(), format!("{:.6}", metrics.apply_seconds_sum)),
-            ("_count".into(), metrics.apply_count.to_string()),
-        ],
+        "How long applying took.",
+        metrics.apply_seconds.clone(),
     );
-    metric(
+    registry.register(
         "nodeport_guard_last_apply_duration_seconds",
-        "gauge",
         "How long the last apply took.",
-        &[(String::new(), format!("{:.6}", metrics.last_apply_seconds))],
+        gauge_f64(metrics.last_apply_seconds),
     );
-    metric(
-        "nodeport_guard_policies",
-        "gauge",
-        "Policies in the applied set.",
-        &[(String::new(), metrics.policies.to_string())],
-    );
-    metric(
-        "nodeport_guard_rules",
-        "gauge",
-        "Kernel rules nodeport-guard owns.",
-        &[(String::new(), metrics.rules.to_string())],
-    );
-    metric(
-        "nodeport_guard_set_members",
-        "gauge",
-        "Members over all sets nodeport-guard owns.",
-        &[(String::new(), metrics.set_members.to_string())],
-    );
-    metric(
+    for (name, help, value) in [
+        (
+            "nodeport_guard_policies",
+            "Policies in the applied set.",
+            metrics.policies,
+        ),
+        (
+            "nodeport_guard_rules",
+            "Kernel rules nodeport-guard owns.",
+            metrics.rules,
+        ),
+        (
+            "nodeport_guard_set_members",
+            "Members over all sets nodeport-guard owns.",
+            metrics.set_members,
+        ),
+    ] {
+        registry.register(name, help, gauge(count(value)));
+    }
+    registry.register(
         "nodeport_guard_policy_files_invalid",
-        "gauge",
         "1 when the policy files are invalid and the last good set is kept.",
-        &[(
-            String::new(),
-            u8::from(metrics.policy_files_invalid).to_string(),
-        )],
+        gauge(i64::from(metrics.policy_files_invalid)),
     );
+    rule_metrics(&mut registry, rules);
+    sync_metrics(&mut registry, metrics);
+    drop_metrics(&mut registry, metrics);
+    registry
+}
+
+/// `nodeport_guard_rule_packets_total` and `nodeport_guard_rule_bytes_total`.
+fn rule_metrics(registry: &mut Registry, rules: &[RuleCounter]) {
     let labels = |counter: &RuleCounter| {
-        format!(
-            "{{policy=\"{}\",direction=\"{}\",rule=\"{}\",tier=\"{}\"{}}}",
-            counter.policy,
-            counter.direction,
-            counter.rule,
-            counter.tier,
-            if counter.staged {
-                ",staged=\"true\""
-            } else {
-                ""
-            }
-        )
+        let mut labels = vec![
+            ("policy", counter.policy.clone()),
+            ("direction", counter.direction.to_string()),
+            ("rule", counter.rule.to_string()),
+            ("tier", counter.tier.clone()),
+        ];
+        if counter.staged {
+            labels.push(("staged", "true".to_owned()));
+        }
+        labels
     };
-    metric(
-        "nodeport_guard_rule_packets_total",
-        "counter",
+    registry.register(
+        "nodeport_guard_rule_packets",
         "Packets matched by each policy rule (kernel counters).",
-        &counters
-            .iter()
-            .map(|c| (labels(c), c.packets.to_string()))
-            .collect::<Vec<_>>(),
+        counters(rules.iter().map(|c| (labels(c), c.packets))),
     );
-    metric(
-        "nodeport_guard_rule_bytes_total",
-        "counter",
+    registry.register(
+        "nodeport_guard_rule_bytes",
         "Bytes matched by each policy rule (kernel counters).",
-        &counters
-            .iter()
-            .map(|c| (labels(c), c.bytes.to_string()))
-            .collect::<Vec<_>>(),
+        counters(rules.iter().map(|c| (labels(c), c.bytes))),
     );
-    sync_metrics(metrics, &mut metric);
-    drop_metrics(metrics, &mut metric);
-    out
 }
 
-/// `nodeport_guard_in_sync` and the timestamps and interval that say for how long.
-fn sync_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(String, String)])) {
-    metric(
+/// `nodeport_guard_in_sync`, the timestamp and interval that say for how long, and
+/// `nodeport_guard_healthy` (what `/healthz` answers, as a sample Prometheus can alert on
+/// without probing `/healthz` itself).
+fn sync_metrics(registry: &mut Registry, metrics: &Metrics) {
+    registry.register(
         "nodeport_guard_in_sync",
-        "gauge",
         "1 when the kernel holds the rules the daemon means to apply (its last write or repair succeeded); 0 after a failed write, until one succeeds.",
-        &[(String::new(), u8::from(metrics.in_sync).to_string())],
+        gauge(i64::from(metrics.in_sync)),
     );
-    metric(
+    registry.register(
         "nodeport_guard_last_sync_timestamp_seconds",
-        "gauge",
         "When the daemon last read the kernel and found, or left, its rules in place (every resync does).",
-        &[(String::new(), metrics.last_sync_timestamp.to_string())],
+        gauge(i64::try_from(metrics.last_sync_timestamp).unwrap_or(i64::MAX)),
     );
-    metric(
+    registry.register(
         "nodeport_guard_resync_interval_seconds",
-        "gauge",
         "The configured resyncInterval: how often the daemon re-reads the kernel in full.",
-        &[(
-            String::new(),
-            format!("{}", metrics.resync_interval_seconds),
-        )],
+        gauge_f64(metrics.resync_interval_seconds),
     );
-}
-
-/// `nodeport_guard_healthy`: what `/healthz` answers, as a sample Prometheus can alert on
-/// without probing `/healthz` itself.
-pub fn render_health(healthy: bool) -> String {
-    format!(
-        "# HELP nodeport_guard_healthy 1 when the reconcile loop ran recently enough for /healthz to answer 200.\n\
-         # TYPE nodeport_guard_healthy gauge\nnodeport_guard_healthy {}\n",
-        u8::from(healthy)
-    )
+    registry.register(
+        "nodeport_guard_healthy",
+        "1 when the reconcile loop ran recently enough for /healthz to answer 200.",
+        gauge(i64::from(metrics.healthy())),
+    );
 }
 
 impl Metrics {
-    /// Whether the loop went round within `stale_after`: what `/healthz` answers.
-    pub fn healthy(&self, stale_after: Duration) -> bool {
+    /// Whether the loop went round within three resync intervals and 30 s (the daemon's
+    /// `stale_after`): what `/healthz` answers.
+    pub fn healthy(&self) -> bool {
+        let stale_after =
+            std::time::Duration::from_secs_f64(self.resync_interval_seconds * 3.0 + 30.0);
         self.heartbeat
             .is_some_and(|beat| beat.elapsed() < stale_after)
     }
 }
 
 /// `nodeport_guard_dropped_packets_total` and friends.
-fn drop_metrics(metrics: &Metrics, metric: &mut impl FnMut(&str, &str, &str, &[(String, String)])) {
-    let mut dropped: Vec<_> = metrics.dropped.counts.iter().collect();
-    dropped.sort();
-    metric(
-        "nodeport_guard_dropped_packets_total",
-        "counter",
+fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
+    registry.register(
+        "nodeport_guard_dropped_packets",
         "Packets dropped and logged to NFLOG, by the policy rule that dropped them (rule is the index, or end-of-tier, no-profile, unknown).",
-        &dropped
-            .iter()
-            .map(|(key, count)| {
-                (
-                    format!(
-                        "{{policy=\"{}\",rule=\"{}\",direction=\"{}\",tier=\"{}\"}}",
-                        key.policy, key.rule, key.direction, key.tier
-                    ),
-                    count.to_string(),
-                )
-            })
-            .collect::<Vec<_>>(),
+        counters(metrics.dropped.counts.iter().map(|(key, count)| {
+            (
+                vec![
+                    ("policy", key.policy.to_string()),
+                    ("rule", key.rule.to_string()),
+                    ("direction", key.direction.to_string()),
+                    ("tier", key.tier.to_string()),
+                ],
+                *count,
+            )
+        })),
     );
-    let mut sources: Vec<_> = metrics.dropped_sources.counts.iter().collect();
-    sources.sort();
-    metric(
-        "nodeport_guard_dropped_source_packets_total",
-        "counter",
+    registry.register(
+        "nodeport_guard_dropped_source_packets",
         "Packets dropped and logged to NFLOG, by source address (at most 256 sources; further ones count under source=\"other\").",
-        &sources
-            .iter()
-            .map(|(source, count)| (format!("{{source=\"{source}\"}}"), count.to_string()))
-            .collect::<Vec<_>>(),
+        counters(
+            metrics
+                .dropped_sources
+                .counts
+                .iter()
+                .map(|(source, count)| (vec![("source", source.clone())], *count)),
+        ),
     );
-    metric(
-        "nodeport_guard_dropped_packets_skipped_total",
-        "counter",
+    registry.register(
+        "nodeport_guard_dropped_packets_skipped",
         "Logged packets lost before they were counted (the NFLOG socket's buffer overflowed).",
-        &[(String::new(), metrics.drops_skipped.to_string())],
+        counter(metrics.drops_skipped),
     );
-    metric(
+    registry.register(
         "nodeport_guard_drops_listening",
-        "gauge",
         "1 when the daemon reads the NFLOG groups (0: drop logging off, or another program holds a group).",
-        &[(String::new(), u8::from(metrics.drops_listening).to_string())],
+        gauge(i64::from(metrics.drops_listening)),
     );
-    if let Some(exposed) = &metrics.exposed_ports {
-        let lines: Vec<(String, String)> = exposed
-            .iter()
-            .map(|((reachable, via), count)| {
-                (
-                    format!(
-                        "{{reachable=\"{}\",via=\"{}\"}}",
-                        reachable.as_str(),
-                        via.as_str()
-                    ),
-                    count.to_string(),
-                )
-            })
-            .collect();
-        metric(
-            "nodeport_guard_exposed_ports",
-            "gauge",
-            "Ports of this host other hosts can reach (listening sockets, DNAT rules), by who the policies applied let reach them.",
-            &lines,
-        );
-    }
+    register_exposed(registry, metrics);
 }
 
-/// Serves `/metrics` and `/healthz` on `listener`. `counters` reads the kernel counters (it
-/// runs programs, so it is called on a blocking thread); `stale_after` is how long the loop may
-/// be silent before `/healthz` says it is unhealthy.
-pub async fn serve<F>(listener: TcpListener, metrics: Shared, counters: F, stale_after: Duration)
-where
-    F: Fn() -> Vec<RuleCounter> + Send + Sync + Clone + 'static,
-{
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let metrics = metrics.clone();
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            let mut request = Vec::new();
-            let mut buffer = [0u8; 1024];
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buffer[..n]),
-                    }
-                }
-            })
-            .await;
-            if read.is_err() {
-                return;
-            }
-            let first = String::from_utf8_lossy(&request);
-            let path = first.split_whitespace().nth(1).unwrap_or("/");
-            let (status, body) = match path {
-                "/metrics" => {
-                    let rules = tokio::task::spawn_blocking(counters)
-                        .await
-                        .unwrap_or_default();
-                    let text = match metrics.lock() {
-                        Ok(metrics) => {
-                            render(&metrics, &rules) + &render_health(metrics.healthy(stale_after))
-                        }
-                        Err(_) => String::new(),
-                    };
-                    ("200 OK", text)
-                }
-                "/healthz" => {
-                    let healthy = metrics.lock().is_ok_and(|m| m.healthy(stale_after));
-                    if healthy {
-                        ("200 OK", "ok\n".to_owned())
-                    } else {
-                        (
-                            "503 Service Unavailable",
-                            "the reconcile loop is not running\n".to_owned(),
-                        )
-                    }
-                }
-                _ => ("404 Not Found", "not found\n".to_owned()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
+/// `nodeport_guard_exposed_ports{reachable,via}`, once the first audit has counted them.
+fn register_exposed(registry: &mut Registry, metrics: &Metrics) {
+    let Some(exposed) = &metrics.exposed_ports else {
+        return;
+    };
+    let family = Family::<Labels, Gauge>::default();
+    for ((reachable, via), ports) in exposed {
+        let labels = vec![
+            ("reachable", reachable.as_str().to_owned()),
+            ("via", via.as_str().to_owned()),
+        ];
+        family.get_or_create(&labels).set(count(*ports));
     }
+    registry.register(
+        "nodeport_guard_exposed_ports",
+        "Ports of this host other hosts can reach (listening sockets, DNAT rules), by who the policies applied let reach them.",
+        family,
+    );
+}
+
+/// The exposition as OpenMetrics text.
+pub fn render_openmetrics(metrics: &Metrics, rules: &[RuleCounter]) -> String {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut text, &registry(metrics, rules));
+    text
+}
+
+/// The exposition as Prometheus text format 0.0.4.
+#[cfg(test)]
+fn render(metrics: &Metrics, rules: &[RuleCounter]) -> String {
+    to_prometheus_text(&render_openmetrics(metrics, rules))
+}
+
+/// OpenMetrics text as Prometheus text format 0.0.4: a counter's `# HELP` and `# TYPE` name
+/// the family by its samples' name (`x_total`, where OpenMetrics says `x`), and `# EOF` goes.
+/// Escaping is the same in both.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some(name) = line
+            .strip_prefix("# TYPE ")
+            .and_then(|rest| rest.strip_suffix(" counter"))
+        {
+            counters.insert(name.to_owned());
+        }
+    }
+    let mut text = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match descriptor {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                text.push_str(prefix);
+                text.push_str(name);
+                if counters.contains(name) {
+                    text.push_str("_total");
+                }
+                text.push(' ');
+                text.push_str(tail);
+            }
+            None => text.push_str(line),
+        }
+        text.push('\n');
+    }
+    text
 }
 
 #[cfg(test)]
@@ -405,7 +442,10 @@ mod tests {
         assert!(text.contains("# TYPE nodeport_guard_reloads_total counter\n"));
         assert!(text.contains("nodeport_guard_reloads_total{result=\"ok\"} 3\n"));
         assert!(text.contains("nodeport_guard_policies 2\n"));
-        assert!(text.contains("nodeport_guard_apply_duration_seconds_sum 0.000000\n"));
+        assert!(text.contains("nodeport_guard_apply_duration_seconds_sum 0.0\n"));
+        assert!(text.contains("# TYPE nodeport_guard_drift_repairs_total counter\n"));
+        assert!(text.contains("nodeport_guard_drift_repairs_total{trigger=\"poll\"} 0\n"));
+        assert!(!text.contains("# EOF"));
         assert!(text.contains(
             "nodeport_guard_rule_packets_total{policy=\"p\",direction=\"ingress\",rule=\"1\",tier=\"default\"} 5\n"
         ));
@@ -482,19 +522,16 @@ mod tests {
         for line in [
             "nodeport_guard_in_sync 1\n",
             "nodeport_guard_last_sync_timestamp_seconds 1700000000\n",
-            "nodeport_guard_resync_interval_seconds 90\n",
+            "nodeport_guard_resync_interval_seconds 90",
+            "nodeport_guard_healthy 0\n",
             "nodeport_guard_dropped_source_packets_total{source=\"203.0.113.7\"} 4\n",
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
-        assert!(
-            !metrics.healthy(Duration::from_secs(60)),
-            "never went round"
-        );
+        assert!(!metrics.healthy(), "never went round");
         metrics.heartbeat = Some(Instant::now());
-        assert!(metrics.healthy(Duration::from_secs(60)));
-        let health = render_health(true);
-        assert!(health.contains("# TYPE nodeport_guard_healthy gauge\n"));
-        assert!(health.ends_with("\nnodeport_guard_healthy 1\n"), "{health}");
+        assert!(metrics.healthy());
+        let text = render(&metrics, &[]);
+        assert!(text.contains("nodeport_guard_healthy 1\n"), "{text}");
     }
 }

@@ -5,8 +5,8 @@
 //!    why, loudly.
 //! 2. Never leave a gap: every change is one reconcile (atomic per table), and a failed apply
 //!    puts the previous rules back.
-//! 3. Pick up every change to the files within a second (debounced), and put back within
-//!    `resyncInterval` what another program removed.
+//! 3. Pick up every change to the files within a second (debounced), and put back within a
+//!    second what another program removed ([`drift`]); `resyncInterval` is the full check.
 //! 4. Cost nothing at rest: the loop sleeps until an event, a signal or the resync timer.
 //!
 //! The reconciler is level-triggered: whatever woke the loop, it re-reads the files and the
@@ -14,8 +14,10 @@
 //! addresses the same does not even read the kernel.
 
 mod debounce;
+pub mod drift;
 pub mod drops;
 mod exposed;
+pub mod http;
 pub mod metrics;
 pub mod netlink;
 mod reload;
@@ -47,6 +49,8 @@ pub enum Event {
     Resync,
     /// An address or link changed.
     AddressesChanged,
+    /// Another program may have changed what we own (see [`drift`]): repair it.
+    Drift(drift::Trigger),
 }
 
 impl Event {
@@ -55,7 +59,9 @@ impl Event {
     fn reads_whole_kernel(self) -> bool {
         match self {
             Event::Resync | Event::Reload => true,
-            Event::PoliciesChanged | Event::AddressesChanged => false,
+            // The kernel's sign moved: the cached view is read again anyway, and kept when only
+            // our own write moved it.
+            Event::PoliciesChanged | Event::AddressesChanged | Event::Drift(_) => false,
         }
     }
 
@@ -63,7 +69,7 @@ impl Event {
     /// or a suddenly empty set refused): a file event only says the files are unusable.
     fn repairs_with_last_good(self) -> bool {
         match self {
-            Event::Resync | Event::Reload | Event::AddressesChanged => true,
+            Event::Resync | Event::Reload | Event::AddressesChanged | Event::Drift(_) => true,
             Event::PoliciesChanged => false,
         }
     }
@@ -73,16 +79,22 @@ impl Event {
     fn may_skip_unchanged(self) -> bool {
         match self {
             Event::PoliciesChanged | Event::AddressesChanged => true,
-            Event::Resync | Event::Reload => false,
+            Event::Resync | Event::Reload | Event::Drift(_) => false,
         }
     }
 
     /// Whether a change the event finds to make, after a good apply, is drift: another
     /// program changed our rules.
     fn finds_drift(self) -> bool {
+        self.drift_trigger().is_some()
+    }
+
+    /// What noticed the drift such a change repairs (the `trigger` label).
+    fn drift_trigger(self) -> Option<drift::Trigger> {
         match self {
-            Event::Resync => true,
-            Event::PoliciesChanged | Event::Reload | Event::AddressesChanged => false,
+            Event::Drift(trigger) => Some(trigger),
+            Event::Resync => Some(drift::Trigger::Resync),
+            Event::PoliciesChanged | Event::Reload | Event::AddressesChanged => None,
         }
     }
 }
@@ -114,6 +126,7 @@ async fn run_loop(
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
+    let mut drift_watch = drift::Watch::start(backend, sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -121,12 +134,13 @@ async fn run_loop(
         let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
         let counter_settings = settings.clone();
         let counter_runner = runner.clone();
-        tokio::spawn(metrics::serve(
-            listener,
+        http::start(
+            listener.into_std()?,
             metrics.clone(),
             move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
             stale_after,
-        ));
+        )
+        .context("cannot start serving /metrics")?;
         tracing::info!(%address, "serving /metrics and /healthz");
     }
     let mut hangup = signal(SignalKind::hangup())?;
@@ -141,9 +155,13 @@ async fn run_loop(
         policies = %daemon.settings.config.policies_dir.display(),
         resync = %humantime::format_duration(daemon.settings.config.resync_interval),
         address_notifications = netlink,
+        drift_watch = drift_watch.mode,
         "nodeport-guard daemon starting"
     );
     daemon.handle(Event::Resync);
+    if let Some(applied) = daemon.applied_state() {
+        drift_watch.follow(applied, &daemon.metrics);
+    }
     crate::system::runtime::release_free_memory();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
@@ -160,10 +178,12 @@ async fn run_loop(
     let mut pending_addresses: Option<tokio::time::Instant> = None;
     // Files change in bursts too (an editor's temp file and rename, a ConfigMap's swap).
     let mut file_events = debounce::Debounce::new(daemon.settings.config.debounce);
+    let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
 
     loop {
         let address_deadline = pending_addresses;
         let policies_deadline = file_events.due();
+        let drift_deadline = drift_checks.due();
         tokio::select! {
             Some(event) = events.recv() => {
                 let now = tokio::time::Instant::now();
@@ -171,6 +191,7 @@ async fn run_loop(
                     Event::AddressesChanged => {
                         pending_addresses.get_or_insert(now + address_settle);
                     }
+                    Event::Drift(trigger) => drift_checks.noticed(now, trigger),
                     _ => file_events.event(now),
                 }
                 continue;
@@ -183,6 +204,16 @@ async fn run_loop(
             () = sleep_until(address_deadline) => {
                 pending_addresses = None;
                 daemon.handle(Event::AddressesChanged);
+            }
+            () = sleep_until(drift_deadline) => {
+                match drift_checks.fire(tokio::time::Instant::now()) {
+                    Some(drift::Fire::Check(trigger)) => daemon.handle(Event::Drift(trigger)),
+                    Some(drift::Fire::Limited { first }) => {
+                        drift::limited(&daemon.metrics, first);
+                        continue;
+                    }
+                    None => continue,
+                }
             }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
@@ -199,6 +230,9 @@ async fn run_loop(
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+        }
+        if let Some(applied) = daemon.applied_state() {
+            drift_watch.follow(applied, &daemon.metrics);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::release_free_memory();

@@ -74,8 +74,8 @@ struct Applied {
     compiled: compile::Compiled,
     desired: Arc<State>,
     outcome: reconcile::Outcome,
-    /// Whether the change undid another program's.
-    drift: bool,
+    /// Whether the change undid another program's, and what noticed it.
+    drift: Option<super::drift::Trigger>,
     /// The phases' durations, for the log.
     phases: Phases,
 }
@@ -185,8 +185,10 @@ impl Daemon {
         let written_at = Instant::now();
         match result {
             Ok((outcome, read)) => {
-                let drift =
-                    event.finds_drift() && !outcome.plan.is_empty() && self.last_good.is_some();
+                // New files make it a reload, whatever woke the loop.
+                let drift = event
+                    .drift_trigger()
+                    .filter(|_| !new_files && !outcome.plan.is_empty() && self.last_good.is_some());
                 Outcome::Applied(Box::new(Applied {
                     set,
                     facts,
@@ -315,11 +317,12 @@ impl Daemon {
                 let changed = !outcome.plan.is_empty();
                 // A resync that finds nothing to change is no reload.
                 metrics.reloads_ok += u64::from(changed || !event.finds_drift());
-                metrics.drift_repairs += u64::from(applied.drift);
+                if let Some(trigger) = applied.drift {
+                    trigger.count(&mut metrics);
+                }
                 if changed {
                     metrics.last_apply_seconds = outcome.elapsed.as_secs_f64();
-                    metrics.apply_seconds_sum += outcome.elapsed.as_secs_f64();
-                    metrics.apply_count += 1;
+                    metrics.apply_seconds.observe(outcome.elapsed.as_secs_f64());
                 }
                 if changed || metrics.last_apply_timestamp == 0 {
                     metrics.last_apply_timestamp = now_seconds();
@@ -341,7 +344,12 @@ impl Daemon {
         // Repairing with the last good rules reads the kernel and leaves them in place.
         match repaired {
             Some(Ok(outcome)) => {
-                metrics.drift_repairs += u64::from(!outcome.plan.is_empty());
+                if !outcome.plan.is_empty() {
+                    event
+                        .drift_trigger()
+                        .unwrap_or(super::drift::Trigger::Resync)
+                        .count(&mut metrics);
+                }
                 metrics.in_sync = true;
                 metrics.last_sync_timestamp = now_seconds();
             }
@@ -377,8 +385,9 @@ impl Daemon {
         let summary = outcome.summary();
         let changed = !outcome.plan.is_empty();
         let policies = set.model.policies().len();
-        if drift {
+        if let Some(trigger) = drift {
             tracing::warn!(
+                trigger = trigger.as_str(),
                 changes = %summary.line(),
                 what = %outcome.plan.describe(),
                 "drift repaired: another program changed nodeport-guard's rules"
@@ -391,6 +400,9 @@ impl Daemon {
                 elapsed_ms = phases.started.elapsed().as_millis() as u64,
                 "applied"
             );
+        } else if matches!(event, Event::Drift(_)) {
+            // The echo of our own writes, or a change that left ours as it was.
+            tracing::debug!(?event, "no changes needed");
         } else {
             tracing::info!(
                 ?event,
@@ -441,6 +453,11 @@ impl Daemon {
             model: set.model,
             desired,
         });
+    }
+
+    /// The state of the last good apply (what the drift watch looks after).
+    pub(super) fn applied_state(&self) -> Option<&Arc<State>> {
+        self.last_good.as_ref().map(|good| &good.desired)
     }
 
     /// Whether an empty policy set would take protection away: some was applied, or the kernel

@@ -90,7 +90,7 @@ fn valid_policies_are_applied_and_a_second_event_changes_nothing() {
             "{backend}: nothing to write"
         );
         assert_eq!(harness.ours(), ours);
-        assert_eq!(harness.metric(|m| m.drift_repairs), 0);
+        assert_eq!(harness.metric(|m| m.drift_repairs.resync), 0);
     });
 }
 
@@ -145,7 +145,7 @@ fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
             ours,
             "{backend}: repaired with the last good rules"
         );
-        assert_eq!(harness.metric(|m| m.drift_repairs), 1);
+        assert_eq!(harness.metric(|m| m.drift_repairs.resync), 1);
     });
 }
 
@@ -157,7 +157,38 @@ fn drift_is_repaired_on_resync() {
         harness.remove_our_allow_rule();
         harness.daemon.handle(Event::Resync);
         assert_eq!(harness.ours(), ours, "{backend}");
-        assert_eq!(harness.metric(|m| m.drift_repairs), 1);
+        assert_eq!(harness.metric(|m| m.drift_repairs.resync), 1);
+    });
+}
+
+#[test]
+fn drift_noticed_by_a_watch_is_repaired_and_counted_under_its_trigger() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        // The echo of the daemon's own write: nothing to repair, nothing counted.
+        harness
+            .daemon
+            .handle(Event::Drift(super::drift::Trigger::Notification));
+        assert_eq!(harness.metric(|m| m.drift_repairs.notification), 0);
+        let reloads = harness.metric(|m| m.reloads_ok);
+        for (trigger, count) in [
+            (super::drift::Trigger::Notification, 1),
+            (super::drift::Trigger::Poll, 1),
+            (super::drift::Trigger::Notification, 2),
+        ] {
+            harness.remove_our_allow_rule();
+            harness.daemon.handle(Event::Drift(trigger));
+            assert_eq!(harness.ours(), ours, "{backend}: {trigger:?}");
+            let counted = harness.metric(|m| match trigger {
+                super::drift::Trigger::Notification => m.drift_repairs.notification,
+                super::drift::Trigger::Poll => m.drift_repairs.poll,
+                super::drift::Trigger::Resync => m.drift_repairs.resync,
+            });
+            assert_eq!(counted, count, "{backend}: {trigger:?}");
+        }
+        assert_eq!(harness.metric(|m| m.drift_repairs.resync), 0);
+        assert_eq!(harness.metric(|m| m.reloads_ok), reloads + 3);
     });
 }
 

@@ -16,6 +16,7 @@ pub mod iptables;
 pub mod namespace;
 pub mod nat;
 pub mod nfgen;
+pub mod nfnotify;
 pub mod nftables;
 pub mod runner;
 pub mod xtables;

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::compile::rules::{MAX_NFLOG_PREFIX, nflog_prefix};
-use crate::config::Config;
+use crate::config::{Config, LogTarget};
 use crate::model::{self, DEFAULT_TIER, Direction, Model};
 
 /// What the name part of a staged policy's prefix starts with (`DPI0|staged:<name>`).
@@ -335,8 +335,13 @@ impl Resolver {
             for direction in [Direction::Ingress, Direction::Egress] {
                 let rules = policy.rules(direction).unwrap_or_default();
                 for (index, rule) in rules.iter().enumerate() {
-                    let always = rule.action == model::Action::Log
+                    // A Log rule writing to the kernel log emits no NFLOG prefix.
+                    let always = (rule.action == model::Action::Log
+                        && config.log_target == LogTarget::Nflog)
                         || (is_staged && rule.action == model::Action::Deny);
+                    if rule.action == model::Action::Log && !always {
+                        continue;
+                    }
                     if !always && !logs.contains(&rule.action) {
                         continue;
                     }
@@ -646,6 +651,61 @@ spec:
             resolver.resolve("PPI|default"),
             Verdict::Unknown { .. }
         ));
+    }
+
+    #[test]
+    fn log_rules_writing_to_the_kernel_log_emit_no_prefix() {
+        let config = Config {
+            log_target: LogTarget::KernelLog {
+                prefix: "calico-packet: ".into(),
+                level: 5,
+            },
+            ..Config::default()
+        };
+        let resolver = Resolver::new(&model_of(POLICIES), &config);
+        assert!(matches!(
+            resolver.resolve("LPI1|allow-cluster"),
+            Verdict::Unknown { .. }
+        ));
+        assert!(matches!(
+            resolver.resolve("DPI2|allow-cluster"),
+            Verdict::Rule { .. }
+        ));
+    }
+
+    #[test]
+    fn a_prefix_of_sixty_three_characters_is_hashed_so_no_plain_one_looks_hashed() {
+        // nflogprefix_test.go: "Policy name makes raw prefix 63 bytes - will hash".
+        let name = "012345678901234567890123456789012345678901234567890123456";
+        let hashed = nflog_prefix('D', Direction::Ingress, Some(88), name);
+        assert_eq!(
+            hashed,
+            "DPI88|0123_S7GBfc7R7_4bzrXpbzglqoJrRG_UxIP0CuYjRWshz_7890123456"
+        );
+        assert!(is_hashed(&hashed));
+        // A policy of that name logs it, and `drops` names the policy.
+        let mut rules = String::new();
+        for _ in 0..88 {
+            rules.push_str("  - {action: Allow, protocol: TCP, destination: {ports: [1]}}\n");
+        }
+        let yaml = format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: {name}}}\nspec:\n  selector: all()\n  ingress:\n{rules}  - {{action: Deny}}\n"
+        );
+        let resolver = Resolver::new(&model_of(&yaml), &Config::default());
+        assert_eq!(resolver.resolve(&hashed).policy(), Some(name));
+        // One character fewer is written as it is, and is no hashed prefix.
+        let plain = nflog_prefix('D', Direction::Ingress, Some(88), &name[1..]);
+        assert_eq!(plain.len(), 62);
+        assert_eq!(
+            decode(&plain),
+            Decoded::Rule {
+                action: LoggedAction::Deny,
+                direction: Direction::Ingress,
+                index: 88,
+                name: name[1..].to_owned(),
+                staged: false
+            }
+        );
     }
 
     #[test]

@@ -363,3 +363,19 @@ pub fn limit_malloc_arenas(_arenas: i32) {}
 /// Other C libraries return freed memory on their own.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn release_free_memory() {}
+
+/// Lowers the scheduling priority of the calling thread to `nice` (Linux keeps a nice value
+/// per thread; threads and processes it starts inherit it). The metrics endpoint runs so, so
+/// that on a busy node a storm of scrapes takes CPU from the reloads last. Best effort.
+#[allow(unsafe_code)]
+pub fn lower_this_threads_priority(nice: i32) {
+    let thread = nix::unistd::gettid().as_raw();
+    let Ok(thread) = nix::libc::id_t::try_from(thread) else {
+        return;
+    };
+    // SAFETY: `setpriority` only changes the nice value of the thread named; no memory is
+    // passed.
+    unsafe {
+        nix::libc::setpriority(nix::libc::PRIO_PROCESS, thread, nice);
+    }
+}

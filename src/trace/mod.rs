@@ -13,6 +13,7 @@
 //! kernel test (`tests/kernel_differential.rs`) checks that its verdicts and logs agree with
 //! the kernel's.
 
+mod early_drop;
 pub mod impact;
 mod matching;
 mod report;
@@ -23,7 +24,7 @@ use std::net::IpAddr;
 
 use crate::compile::binding::{self, Binding, Path};
 use crate::compile::rules::nflog_prefix;
-use crate::config::{Config, Failsafe};
+use crate::config::{Config, Failsafe, LogTarget};
 use crate::facts::HostFacts;
 use crate::marks::MarkBits;
 use crate::model::{self, Direction, IpFamily, Model, Policy, TierAction};
@@ -94,6 +95,7 @@ impl<'m> Evaluator<'m> {
             bits: 0,
             logs: Vec::new(),
             decision: None,
+            judged_in_raw: false,
         }
     }
 }
@@ -107,13 +109,15 @@ impl Tracer<'_> {
         let mut stages = Vec::new();
         if host.families().contains(&family) {
             for hook in hooks(packet.travel) {
+                if hook.table == "mangle" {
+                    stages.extend(self.early_drop_stage());
+                    if self.dropped() {
+                        break;
+                    }
+                }
                 let stage = self.stage(&hook);
                 stages.extend(stage);
-                if self
-                    .decision
-                    .as_ref()
-                    .is_some_and(|d| d.outcome == Outcome::Dropped)
-                {
+                if self.dropped() {
                     break;
                 }
             }
@@ -261,9 +265,18 @@ struct Tracer<'a> {
     /// The decision so far: a drop ends the trace; an allow may be followed by later tables'
     /// judgement.
     decision: Option<Verdict>,
+    /// Whether the early drop judged this TCP SYN in raw and let it on (mangle returns it).
+    judged_in_raw: bool,
 }
 
 impl Tracer<'_> {
+    /// Whether a rule of ours dropped the packet (which ends its way).
+    fn dropped(&self) -> bool {
+        self.decision
+            .as_ref()
+            .is_some_and(|d| d.outcome == Outcome::Dropped)
+    }
+
     fn needed(&self, path: Path) -> bool {
         self.bindings.iter().any(|binding| path.needed(binding))
     }
@@ -297,6 +310,17 @@ impl Tracer<'_> {
                 &at,
                 "a reply or a packet of a known connection: only a new connection is judged",
             );
+            return Some(self.finish_stage(hook, steps));
+        }
+        if hook.table == "mangle" && self.judged_in_raw {
+            steps.push(chain_step(
+                Step::new(
+                    "judgedInRaw",
+                    0,
+                    "a TCP SYN pre-DNAT policy judged in raw PREROUTING: returned without judging again",
+                ),
+                &top,
+            ));
             return Some(self.finish_stage(hook, steps));
         }
         // Only enforced policy accepts: staged policies clear the accept bit they set.
@@ -625,13 +649,14 @@ impl Tracer<'_> {
             model::Action::Allow => (self.marks.accept, "accept", 'A', logs(model::Action::Allow)),
             model::Action::Pass => (self.marks.pass, "pass", 'P', logs(model::Action::Pass)),
             model::Action::Deny => (self.marks.drop, "drop", 'D', logs(model::Action::Deny)),
-            model::Action::Log => (0, "", 'L', true),
+            model::Action::Log => (0, "", 'L', self.config.log_target == LogTarget::Nflog),
         };
         let prefix = nflog_prefix(letter, direction, Some(index), &policy.name);
         let consequence = match rule.action {
             model::Action::Allow => "allowed: the endpoint chain returns",
             model::Action::Pass => "passed: the rest of this tier is skipped",
             model::Action::Deny => "dropped",
+            model::Action::Log if !logged => "logged to the kernel log; the next rule goes on",
             model::Action::Log => "logged; the next rule goes on",
         };
         let mut step = Step::new(

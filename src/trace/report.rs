@@ -67,6 +67,11 @@ impl Packet {
     pub fn family(&self) -> IpFamily {
         IpFamily::of_addr(&self.src)
     }
+
+    /// Whether it is a TCP SYN (SYN set, ACK clear): the first packet of a new TCP connection.
+    pub fn is_tcp_syn(&self) -> bool {
+        self.protocol == 6 && self.state == ConnState::New
+    }
 }
 
 /// What nodeport-guard's rules do with the packet in the end.

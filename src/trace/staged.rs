@@ -5,6 +5,7 @@
 use super::{Step, Tracer, chain_step};
 use crate::compile::binding::{Binding, Path};
 use crate::compile::rules::{nflog_prefix, staged_name};
+use crate::config::LogTarget;
 use crate::model::{self, Policy, TierAction};
 
 impl Tracer<'_> {
@@ -111,6 +112,12 @@ impl Tracer<'_> {
                 model::Action::Pass => (marks.pass, 'P', logs(model::Action::Pass), "would pass"),
                 // A staged Deny always logs: that is what it is for.
                 model::Action::Deny => (marks.drop, 'D', true, "would drop (only logged)"),
+                model::Action::Log if self.config.log_target != LogTarget::Nflog => (
+                    0,
+                    'L',
+                    false,
+                    "logged to the kernel log; the next rule goes on",
+                ),
                 model::Action::Log => (0, 'L', true, "logged; the next rule goes on"),
             };
             let prefix = nflog_prefix(letter, direction, Some(index), &staged_name(&policy.name));

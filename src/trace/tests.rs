@@ -58,13 +58,71 @@ fn a_source_outside_the_whitelist_is_dropped_by_the_deny_rule_and_logged() {
     assert_eq!(traced.verdict.outcome, Outcome::Dropped);
     assert_eq!(traced.verdict.policy.as_deref(), Some("nodeport-whitelist"));
     assert_eq!(traced.verdict.rule, Some(1));
+    // A TCP SYN: the early drop decides, before connection tracking.
+    assert_eq!(
+        traced.verdict.at.as_deref(),
+        Some("raw PREROUTING before connection tracking")
+    );
+    assert_eq!(
+        traced.verdict.reason,
+        "dropped by rule 1 of policy nodeport-whitelist (tier default)"
+    );
+    assert_eq!(traced.stages.len(), 1, "mangle never sees it");
+    let logged = vec![Logged {
+        group: 1,
+        prefix: "DPI1|nodeport-whitelist".into(),
+    }];
+    assert_eq!(traced.logs, logged);
+
+    // Without it, or for what is not a SYN, mangle decides the same, with the same log.
+    let late = Config {
+        early_drop: false,
+        ..Config::default()
+    };
+    let traced = run_with(WHITELIST, &late, &tcp("192.0.2.50", 30008));
     assert_eq!(traced.verdict.at.as_deref(), Some("mangle PREROUTING"));
     assert_eq!(
-        traced.logs,
-        vec![Logged {
-            group: 1,
-            prefix: "DPI1|nodeport-whitelist".into()
-        }]
+        (traced.verdict.outcome, traced.verdict.rule),
+        (Outcome::Dropped, Some(1))
+    );
+    assert_eq!(traced.logs, logged);
+    let mut udp = tcp("192.0.2.50", 30008);
+    udp.protocol = 17;
+    let udp_whitelist = WHITELIST.replace("protocol: TCP", "protocol: UDP");
+    let traced = run(&udp_whitelist, &udp);
+    assert_eq!(traced.verdict.at.as_deref(), Some("mangle PREROUTING"));
+    assert_eq!(traced.logs, logged);
+}
+
+/// A SYN the early drop lets on is judged once: raw marks it, mangle returns it, and what
+/// logs (a `Log` rule) logs once.
+#[test]
+fn a_syn_the_early_drop_lets_on_is_not_judged_again_in_mangle() {
+    let logging = WHITELIST.replace(
+        "  ingress:\n",
+        "  ingress:\n    - action: Log\n      protocol: TCP\n",
+    );
+    let traced = run(&logging, &tcp("203.0.113.5", 30008));
+    assert_eq!(traced.verdict.outcome, Outcome::Allowed);
+    assert_eq!(traced.verdict.at.as_deref(), Some(early_drop::AT));
+    assert_eq!(traced.logs.len(), 1, "{:?}", traced.logs);
+    assert_eq!(traced.stages[0].table, "raw");
+    assert!(traced.stages[0].steps.iter().any(|s| s.kind == "judged"));
+    assert_eq!(traced.stages[1].table, "mangle");
+    assert_eq!(traced.stages[1].steps[0].kind, "judgedInRaw");
+    // The raw copies of the endpoint chains have names of their own; policy chains do not.
+    let chains: Vec<&str> = traced.stages[0]
+        .steps
+        .iter()
+        .filter_map(|s| s.chain.as_deref())
+        .collect();
+    assert!(
+        chains.contains(&"npg-syn-fh-all-inte_VzCNahGO"),
+        "{chains:?}"
+    );
+    assert!(
+        chains.iter().any(|c| c.starts_with("npg-pi-")),
+        "{chains:?}"
     );
 }
 
@@ -110,7 +168,10 @@ fn established_connections_and_the_host_itself_are_never_judged() {
     packet.dst = ip("198.51.100.1");
     let traced = run(WHITELIST, &packet);
     assert_eq!(traced.verdict.outcome, Outcome::NotOurs);
-    assert!(traced.stages[0].steps[0].kind == "hostToItself");
+    // Neither raw (the early drop) nor mangle judges it.
+    assert_eq!(traced.stages[0].table, "raw");
+    assert_eq!(traced.stages[0].steps[1].kind, "hostToItself");
+    assert_eq!(traced.stages[1].steps[0].kind, "hostToItself");
 }
 
 #[test]
@@ -197,6 +258,22 @@ fn log_rules_log_and_go_on_and_log_actions_decide_what_else_logs() {
     assert_eq!(
         prefixes,
         vec!["LPI0|nodeport-whitelist", "API1|nodeport-whitelist"]
+    );
+    // With `logTarget: log`, the Log rule writes to the kernel log: no NFLOG prefix.
+    config.log_target = crate::config::LogTarget::KernelLog {
+        prefix: "calico-packet: ".into(),
+        level: 5,
+    };
+    let traced = run_with(&yaml, &config, &tcp("203.0.113.5", 30008));
+    let prefixes: Vec<&str> = traced.logs.iter().map(|l| l.prefix.as_str()).collect();
+    assert_eq!(prefixes, vec!["API1|nodeport-whitelist"]);
+    assert!(
+        traced
+            .stages
+            .iter()
+            .flat_map(|stage| &stage.steps)
+            .any(|step| step.text.contains("logged to the kernel log")),
+        "{traced:#?}"
     );
 }
 

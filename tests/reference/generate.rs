@@ -405,6 +405,9 @@ pub fn scenario(rng: &mut Rng, index: usize) -> Scenario {
     if rng.chance(50) {
         config.host_labels.insert("role".into(), "edge".into());
     }
+    // Every other case drops denied TCP SYNs in mangle instead of raw: the same reference
+    // judges both.
+    config.early_drop = index.is_multiple_of(2);
 
     let mut scenario = Scenario {
         config,
@@ -759,6 +762,11 @@ pub fn shrink_candidates(scenario: &Scenario) -> Vec<Scenario> {
     if !config.host_labels.is_empty() {
         let mut s = scenario.clone();
         s.config.host_labels.clear();
+        out.push(s);
+    }
+    if !config.early_drop {
+        let mut s = scenario.clone();
+        s.config.early_drop = true;
         out.push(s);
     }
     for i in 0..config.log_actions.len() {

@@ -396,6 +396,9 @@ pub struct Config {
     pub failsafe_inbound: Option<Vec<(u8, u16)>>,
     /// `hostLabels`.
     pub host_labels: Labels,
+    /// `earlyDrop`: where a denied TCP SYN is dropped (raw or mangle). The evaluator ignores
+    /// it: the contract is that verdicts and logs are the same either way.
+    pub early_drop: bool,
 }
 
 impl Default for Config {
@@ -404,6 +407,7 @@ impl Default for Config {
             log_actions: vec![Action::Deny],
             failsafe_inbound: None,
             host_labels: Labels::new(),
+            early_drop: true,
         }
     }
 }
@@ -446,6 +450,9 @@ impl Config {
         }
         if !self.host_labels.is_empty() {
             let _ = writeln!(out, "hostLabels: {}", labels_yaml(&self.host_labels));
+        }
+        if !self.early_drop {
+            let _ = writeln!(out, "earlyDrop: false");
         }
         out
     }

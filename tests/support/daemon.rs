@@ -21,7 +21,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -370,20 +370,7 @@ pub struct HttpResponse {
 pub fn http_get(ns: &Netns, addr: SocketAddr, path: &str) -> Result<HttpResponse, String> {
     let path = path.to_string();
     ns.run(move || {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| e.to_string())?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .map_err(|e| format!("write: {e}"))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .map_err(|e| format!("read: {e}"))?;
+        let raw = get_raw(addr, path.as_str(), Duration::from_secs(2))?;
         let text = String::from_utf8(raw).map_err(|e| format!("not UTF-8: {e}"))?;
         let (head, body) = text
             .split_once("\r\n\r\n")
@@ -555,4 +542,120 @@ pub fn process_alive(pid: u32) -> bool {
             rest.split_whitespace().next().map(|state| state != "Z")
         })
         .unwrap_or(false)
+}
+
+/// The daemon's children now (`/proc/<pid>/task/*/children`).
+pub fn children(pid: u32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .map(|children| children.split_whitespace().count())
+        .sum()
+}
+
+/// The daemon's resident memory in KiB (`VmRSS`).
+pub fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `GET path` on `addr` from this thread (in its network namespace): the answer's bytes.
+fn get_raw(addr: SocketAddr, path: &str, connect_timeout: Duration) -> Result<Vec<u8>, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, connect_timeout)
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(raw)
+}
+
+/// One `GET path` on `addr` from a thread already in the right network namespace;
+/// the status and how long it took.
+pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
+    let started = Instant::now();
+    let answer = get_raw(addr, path, Duration::from_secs(10))?;
+    let status = String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| "no status line".to_owned())?;
+    Ok((status, started.elapsed()))
+}
+
+/// What [`scrape_storm`] saw.
+pub struct Storm {
+    /// Each request's status and time, or why it failed.
+    pub answers: Vec<Result<(u16, Duration), String>>,
+    /// How long they all took.
+    pub took: Duration,
+    /// The most children `pid` had at once (counted every 2 ms).
+    pub most_children: usize,
+}
+
+/// `count` concurrent `GET /metrics` on `addr` from inside `ns`, while `during` runs beside
+/// them and the children of `pid` (the daemon) are counted.
+pub fn scrape_storm<T: Send>(
+    ns: &Netns,
+    addr: SocketAddr,
+    count: usize,
+    pid: u32,
+    during: impl FnOnce() -> T + Send,
+) -> (Storm, T) {
+    let watching = std::sync::atomic::AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut most = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(children(pid));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        });
+        let storm = scope.spawn(|| {
+            ns.run(|| {
+                let started = Instant::now();
+                let answers = std::thread::scope(|inner| {
+                    let handles: Vec<_> = (0..count)
+                        .map(|_| inner.spawn(|| get(addr, "/metrics")))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                        .collect()
+                });
+                (answers, started.elapsed())
+            })
+        });
+        let result = during();
+        let (answers, took) = storm.join().expect("the storm");
+        watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        let most_children = watcher.join().expect("the watcher");
+        (
+            Storm {
+                answers,
+                took,
+                most_children,
+            },
+            result,
+        )
+    })
 }

@@ -286,6 +286,21 @@ impl<'lab> Guard<'lab> {
         Snapshot::take(self.lab)
     }
 
+    /// Our rules (both families, canonical order), our nftables tables, and the members of our
+    /// sets: what must come back after drift. (Set headers are left out: `ipset save` prints
+    /// a random `initval`, which a recreated set does not keep.)
+    #[track_caller]
+    pub fn our_rules_and_members(&self) -> String {
+        let ours = self.snapshot().ours().canonical();
+        let members: String = ours
+            .sets
+            .lines()
+            .filter(|line| line.starts_with("add "))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        format!("{}{}{}{members}", ours.v4, ours.v6, ours.nft)
+    }
+
     /// The pid of the rollback watcher of a pending apply, if any.
     fn pending_watcher(&self) -> Option<i32> {
         let text = std::fs::read_to_string(self.state_dir().join("pending-apply.json")).ok()?;

@@ -130,6 +130,7 @@ pub mod background;
 pub mod cmd;
 pub mod daemon;
 pub mod fixtures;
+pub mod flood;
 pub mod guard;
 pub mod lab;
 mod macros;
@@ -147,6 +148,7 @@ use std::time::{Duration, Instant};
 
 pub use background::Background;
 pub use cmd::CmdOutput;
+pub use flood::Flood;
 pub use guard::{BIN, Guard, NODE_NAME, POLL, SETTLE_TIMEOUT, backend_arg, iptables};
 pub use lab::{Backend, Family, Lab, LabBuilder, Proto, Role, addr, ports, replies};
 pub use netns::{Netns, link_veth};

@@ -242,8 +242,12 @@ impl Store {
                     None => vec![],
                 },
             },
+            // iptables-nft-save goes through its own list of tables, in this order.
+            None if program.contains("nft") => ["mangle", "security", "raw", "filter", "nat"]
+                .iter()
+                .filter_map(|name| self.table(name))
+                .collect(),
             // The kernel lists x_tables tables newest first.
-            None if program.contains("nft") => self.tables.iter().collect(),
             None => self.tables.iter().rev().collect(),
         };
         for table in tables {

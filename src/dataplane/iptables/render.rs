@@ -14,7 +14,7 @@ use crate::model::IpFamily;
 use crate::ruleset::{
     Action, Chain, CtState, Hook, Match, Rule, SetLookup, Side, Table, TableRuleset,
 };
-use crate::ruleset::{NFLOG_SIZE, Ruleset, sanitize_comment};
+use crate::ruleset::{DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, Ruleset, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 /// A string option as `iptables-save` prints it (libxtables' `xtables_save_string`): bare when
@@ -139,6 +139,7 @@ pub fn render_match(out: &mut String, matched: &Match) {
             };
             let _ = write!(out, " -m conntrack --ctstate {states}");
         }
+        Match::TcpSyn => out.push_str(" -m tcp --tcp-flags SYN,ACK SYN"),
         Match::InInterface(name) => {
             let _ = write!(out, " -i {name}");
         }
@@ -169,6 +170,13 @@ pub fn render_action(out: &mut String, action: &Action) {
                 out,
                 " --nflog-group {group} --nflog-size {NFLOG_SIZE} --nflog-threshold 1"
             );
+        }
+        Action::Log { prefix, level } => {
+            out.push_str(" -j LOG --log-prefix ");
+            push_saved_string(out, &sanitize_comment(prefix));
+            if *level != DEFAULT_KERNEL_LOG_LEVEL {
+                let _ = write!(out, " --log-level {level}");
+            }
         }
         Action::NoTrack => out.push_str(" -j CT --notrack"),
     }

@@ -27,7 +27,7 @@ use crate::ruleset::{
     Action, Chain, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side,
     Table,
 };
-use crate::ruleset::{NFLOG_SIZE, sanitize_comment};
+use crate::ruleset::{DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 /// The name of our table in every family.
@@ -200,6 +200,7 @@ fn folded_protocol(matches: &[Match], family: IpFamily) -> Option<&'static str> 
             lookup: SetLookup::AddressPort,
             ..
         } => ported_protocol(number).is_some(),
+        Match::TcpSyn => number == 6,
         Match::Icmp {
             family: icmp_family,
             ..
@@ -355,6 +356,7 @@ fn render_match(
             };
             let _ = write!(out, " ct state {states}");
         }
+        Match::TcpSyn => out.push_str(" tcp flags syn / syn,ack"),
         Match::InInterface(name) => {
             let _ = write!(out, " iifname \"{}\"", name.replace('+', "*"));
         }
@@ -403,6 +405,12 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
                 sanitize_comment(prefix),
                 NFLOG_SIZE
             );
+        }
+        Action::Log { prefix, level } => {
+            let _ = write!(out, " log prefix \"{}\"", sanitize_comment(prefix));
+            if *level != DEFAULT_KERNEL_LOG_LEVEL {
+                let _ = write!(out, " level {}", syslog_level_name(*level));
+            }
         }
         Action::NoTrack => out.push_str(" notrack"),
     }
@@ -660,4 +668,18 @@ fn render_set(out: &mut String, set: &IpSet) {
     let _ = writeln!(out, "{}", set_declaration(&set.name, &kind, set.family));
     let members: Vec<String> = set.members.iter().map(member_text).collect();
     out.push_str(&element_commands("add", set.family, &set.name, &members));
+}
+
+/// nft's name of a syslog level (it takes no numbers).
+fn syslog_level_name(level: u8) -> &'static str {
+    match level {
+        0 => "emerg",
+        1 => "alert",
+        2 => "crit",
+        3 => "err",
+        4 => "warn",
+        5 => "notice",
+        6 => "info",
+        _ => "debug",
+    }
 }

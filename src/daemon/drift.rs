@@ -1,0 +1,447 @@
+//! Noticing within a second that another program changed what the daemon owns, without paying
+//! for the changes other programs make to their own rules.
+//!
+//! - nftables and iptables-nft: a thread subscribed to nf_tables' change notifications
+//!   ([`crate::dataplane::nfnotify`]) sends [`Event::Drift`] when a change touches our table,
+//!   our `npg` chains, or deletes a rule from a base chain we hook ([`Interest`], from the
+//!   state last applied). kube-proxy's and docker's commits are read, found foreign, and
+//!   dropped.
+//! - iptables-legacy, whose x_tables send no notifications: a thread reads the counter-free
+//!   digest of the tables we have rules in every [`POLL_EVERY`] ([`xtables::digest_of`]: one copy of
+//!   each table out of the kernel, no lock taken) and sends [`Event::Drift`] when it moved.
+//!
+//! The loop waits [`SETTLE`] after the first notice (a flush is hundreds of notifications),
+//! then reconciles the way a resync does, but against its cached view when the kernel's sign
+//! says only its own write happened meanwhile, so the echo of its own writes costs next to
+//! nothing. Checks are rate-limited ([`Limiter`]): a program that deletes our jump in a loop
+//! gets a repair a second after the first few, with a warning and a counter, never a spinning
+//! daemon. The resync timer stays the full check (it also covers ipsets, which neither watch
+//! sees).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+use super::Event;
+use super::metrics::Metrics;
+use crate::dataplane::nfnotify::{self, FAMILY_IPV4, FAMILY_IPV6, Interest, Received};
+use crate::dataplane::{Backend, Sign, xtables};
+use crate::model::IpFamily;
+use crate::state::State;
+
+/// How long the loop waits after the first notice before it checks: changes come in bursts.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// How often iptables-legacy's tables are read: often enough that a change is repaired
+/// within a second (a reading is one copy of each table out of the kernel).
+pub const POLL_EVERY: Duration = Duration::from_millis(400);
+/// Checks allowed in a burst before the rate limit applies.
+pub const BURST: u32 = 5;
+/// The sustained rate of checks: one per this interval.
+pub const REFILL: Duration = Duration::from_secs(1);
+
+/// What noticed the drift (the `trigger` label of `nodeport_guard_drift_repairs_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// An nf_tables change notification.
+    Notification,
+    /// iptables-legacy's once-a-second digest.
+    Poll,
+    /// The resync timer (and SIGHUP or an address change repairing with the last good rules).
+    Resync,
+}
+
+impl Trigger {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Notification => "notification",
+            Trigger::Poll => "poll",
+            Trigger::Resync => "resync",
+        }
+    }
+
+    /// Counts one repair.
+    pub fn count(self, metrics: &mut Metrics) {
+        match self {
+            Trigger::Notification => metrics.drift_repairs.notification += 1,
+            Trigger::Poll => metrics.drift_repairs.poll += 1,
+            Trigger::Resync => metrics.drift_repairs.resync += 1,
+        }
+    }
+}
+
+/// What of the kernel is ours, for the watch threads; replaced after every apply.
+type SharedInterest = Arc<Mutex<Interest>>;
+
+/// iptables-legacy: what the poll thread compares its readings with.
+type Baseline = Arc<Mutex<Option<Expect>>>;
+
+/// What the next poll expects of our tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    /// This digest: the tables as two checks in a row left them.
+    Digest(u128),
+    /// Nothing certain: they changed since the check before (by our write, or another
+    /// program's meanwhile), so the next poll asks for a check whatever it reads.
+    Check,
+}
+
+/// The watch thread of the backend, and what it looks for.
+pub struct Watch {
+    interest: SharedInterest,
+    baseline: Baseline,
+    /// Reloads and repairs counted at the last [`Watch::follow`]: when they moved, the check
+    /// may have written.
+    writes: Option<u64>,
+    /// The state `interest` was made from (compared by pointer: it is replaced, not changed).
+    from: Option<Arc<State>>,
+    backend: &'static dyn Backend,
+    /// How the watch works, for the log: "notifications", "poll", or "off".
+    pub mode: &'static str,
+}
+
+impl Watch {
+    /// Starts the thread that watches `backend`'s rules and sends [`Event::Drift`] on `events`.
+    /// Without one (no netlink subscription, say) the resync timer is the only check.
+    pub fn start(backend: &'static dyn Backend, events: UnboundedSender<Event>) -> Watch {
+        let interest = SharedInterest::default();
+        let baseline = Baseline::default();
+        let started = match backend.sign() {
+            Sign::NfGeneration => start_notifications(interest.clone(), events),
+            Sign::XtablesDigest => start_poll(interest.clone(), baseline.clone(), events),
+        };
+        let mode = match (started, backend.sign()) {
+            (false, _) => "off",
+            (true, Sign::NfGeneration) => "notifications",
+            (true, Sign::XtablesDigest) => "poll",
+        };
+        Watch {
+            interest,
+            baseline,
+            writes: None,
+            from: None,
+            backend,
+            mode,
+        }
+    }
+
+    /// Looks for changes to `applied` from now on. Called after every check: for
+    /// iptables-legacy it also reads the digest of our tables as the check left them, the
+    /// baseline of the poll. After a check that wrote, that reading may already hold another
+    /// program's next change (one that deletes our jump each time we put it back), so the next
+    /// poll asks for one more check, which finds our cached view when only we wrote.
+    pub fn follow(&mut self, applied: &Arc<State>, metrics: &super::metrics::Shared) {
+        if !self
+            .from
+            .as_ref()
+            .is_some_and(|from| Arc::ptr_eq(from, applied))
+        {
+            let interest = interest(self.backend, applied);
+            if let Ok(mut shared) = self.interest.lock() {
+                *shared = interest;
+            }
+            self.from = Some(Arc::clone(applied));
+        }
+        let writes = metrics.lock().map_or(0, |metrics| {
+            metrics.reloads_ok
+                + metrics.drift_repairs.notification
+                + metrics.drift_repairs.poll
+                + metrics.drift_repairs.resync
+        });
+        if self.mode == "poll" {
+            let tables = self
+                .interest
+                .lock()
+                .map(|interest| interest.shared_tables.clone())
+                .unwrap_or_default();
+            let digest = poll_digest(&tables);
+            let wrote = self.writes.is_some_and(|before| before != writes);
+            if let Ok(mut baseline) = self.baseline.lock() {
+                *baseline = match digest {
+                    Some(now) if !wrote => Some(Expect::Digest(now)),
+                    _ => Some(Expect::Check),
+                };
+            }
+        }
+        self.writes = Some(writes);
+    }
+}
+
+/// What of nf_tables (or x_tables) `applied` owns: nftables' own tables, or the tables
+/// iptables shares with others, with the base chains our jumps are in.
+pub fn interest(backend: &'static dyn Backend, applied: &State) -> Interest {
+    if backend.name() == "nftables" {
+        return Interest {
+            owned_tables: vec![crate::dataplane::nftables::render::TABLE.to_owned()],
+            ..Interest::default()
+        };
+    }
+    let family = |family: IpFamily| match family {
+        IpFamily::V4 => FAMILY_IPV4,
+        IpFamily::V6 => FAMILY_IPV6,
+    };
+    let mut wanted = Interest::default();
+    for (key, table) in &applied.tables {
+        if table.is_empty() {
+            continue;
+        }
+        let name = key.table.as_str().to_owned();
+        wanted
+            .shared_tables
+            .push((family(key.family), name.clone()));
+        for (chain, rules) in &table.hooks {
+            if !rules.is_empty() {
+                wanted
+                    .hooked
+                    .push((family(key.family), name.clone(), chain.clone()));
+            }
+        }
+    }
+    wanted
+}
+
+/// The notification thread: reads every notification, sends one event per datagram that
+/// touches what is ours (or after notifications were lost).
+fn start_notifications(interest: SharedInterest, events: UnboundedSender<Event>) -> bool {
+    let mut subscription = match nfnotify::Subscription::open() {
+        Ok(subscription) => subscription,
+        Err(error) => {
+            tracing::warn!(%error, "cannot subscribe to nf_tables notifications; drift is only seen at resync");
+            return false;
+        }
+    };
+    std::thread::Builder::new()
+        .name("nft-notify".into())
+        .spawn(move || {
+            loop {
+                let ours = match subscription.receive() {
+                    Ok(Received::Changes(changes)) => interest.lock().is_ok_and(|interest| {
+                        changes.iter().any(|change| interest.touches(change))
+                    }),
+                    Ok(Received::Lost) => true,
+                    Err(error) => {
+                        tracing::warn!(%error, "reading nf_tables notifications failed; drift is only seen at resync");
+                        break;
+                    }
+                };
+                if ours && events.send(Event::Drift(Trigger::Notification)).is_err() {
+                    break;
+                }
+            }
+        })
+        .is_ok()
+}
+
+/// The digest of `tables` (x_tables), `None` when they cannot be read.
+fn poll_digest(tables: &[(u8, String)]) -> Option<u128> {
+    let named: Vec<(IpFamily, &str)> = tables
+        .iter()
+        .map(|(family, name)| {
+            let family = if *family == FAMILY_IPV6 {
+                IpFamily::V6
+            } else {
+                IpFamily::V4
+            };
+            (family, name.as_str())
+        })
+        .collect();
+    xtables::digest_of(&named).ok()
+}
+
+/// The poll thread of iptables-legacy: the digest of our tables every [`POLL_EVERY`],
+/// compared with the baseline the daemon left.
+fn start_poll(
+    interest: SharedInterest,
+    baseline: Baseline,
+    events: UnboundedSender<Event>,
+) -> bool {
+    std::thread::Builder::new()
+        .name("xtables-poll".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(POLL_EVERY);
+                let tables = interest
+                    .lock()
+                    .map(|interest| interest.shared_tables.clone())
+                    .unwrap_or_default();
+                let Some(expected) = baseline.lock().ok().and_then(|baseline| *baseline) else {
+                    continue;
+                };
+                if tables.is_empty() {
+                    continue;
+                }
+                let moved = match expected {
+                    Expect::Check => true,
+                    Expect::Digest(expected) => {
+                        poll_digest(&tables).is_some_and(|digest| digest != expected)
+                    }
+                };
+                if moved && events.send(Event::Drift(Trigger::Poll)).is_err() {
+                    break;
+                }
+            }
+        })
+        .is_ok()
+}
+
+/// A check held back by the rate limit: counted, and said once per episode.
+pub fn limited(metrics: &super::metrics::Shared, first: bool) {
+    if let Ok(mut metrics) = metrics.lock() {
+        metrics.drift_rate_limited += 1;
+    }
+    if first {
+        tracing::warn!(
+            burst = BURST,
+            every = %humantime::format_duration(REFILL),
+            "another program keeps changing nodeport-guard's rules; drift repairs are rate-limited (after a burst, one a second)"
+        );
+    }
+}
+
+/// When the loop checks after a notice: [`SETTLE`] after the first, and no more than
+/// [`BURST`] checks at once, then one per [`REFILL`] (a token bucket).
+#[derive(Debug)]
+pub struct Limiter {
+    /// The pending check: when, and what noticed it first.
+    pending: Option<(Instant, Trigger)>,
+    /// Checks available now, in units of one check.
+    tokens: f64,
+    /// When `tokens` was last brought up to date.
+    updated: Instant,
+    /// Whether the limit is holding checks back (said once per episode).
+    limiting: bool,
+}
+
+/// What the loop does when [`Limiter::due`] comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fire {
+    /// Check now.
+    Check(Trigger),
+    /// Held back by the rate limit until the next [`Limiter::due`].
+    Limited {
+        /// The first time in an episode (to say so once).
+        first: bool,
+    },
+}
+
+impl Limiter {
+    /// A limiter with a full bucket.
+    pub fn new(now: Instant) -> Limiter {
+        Limiter {
+            pending: None,
+            tokens: f64::from(BURST),
+            updated: now,
+            limiting: false,
+        }
+    }
+
+    /// A change was noticed: check after [`SETTLE`] (a poll, which reads the tables after the
+    /// change, at once) unless a check is already pending.
+    pub fn noticed(&mut self, now: Instant, trigger: Trigger) {
+        let settle = if trigger == Trigger::Poll {
+            Duration::ZERO
+        } else {
+            SETTLE
+        };
+        self.pending.get_or_insert((now + settle, trigger));
+    }
+
+    /// When the pending check is due.
+    pub fn due(&self) -> Option<Instant> {
+        self.pending.map(|(at, _)| at)
+    }
+
+    /// The pending check came due at `now`: check, or wait for the bucket.
+    pub fn fire(&mut self, now: Instant) -> Option<Fire> {
+        let (_, trigger) = self.pending?;
+        let refill = REFILL.as_secs_f64();
+        self.tokens =
+            (self.tokens + (now - self.updated).as_secs_f64() / refill).min(f64::from(BURST));
+        self.updated = now;
+        if self.tokens >= 1.0 {
+            // The episode is over once the bucket has filled up again.
+            if self.tokens >= f64::from(BURST) {
+                self.limiting = false;
+            }
+            self.tokens -= 1.0;
+            self.pending = None;
+            return Some(Fire::Check(trigger));
+        }
+        let wait = Duration::from_secs_f64((1.0 - self.tokens) * refill);
+        self.pending = Some((now + wait, trigger));
+        let first = !self.limiting;
+        self.limiting = true;
+        Some(Fire::Limited { first })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_notices_is_one_check_after_the_settle() {
+        let start = Instant::now();
+        let mut limiter = Limiter::new(start);
+        assert_eq!(limiter.due(), None);
+        limiter.noticed(start, Trigger::Notification);
+        limiter.noticed(start + Duration::from_millis(50), Trigger::Poll);
+        assert_eq!(limiter.due(), Some(start + SETTLE));
+        assert_eq!(
+            limiter.fire(start + SETTLE),
+            Some(Fire::Check(Trigger::Notification))
+        );
+        assert_eq!(limiter.due(), None);
+        assert_eq!(limiter.fire(start + SETTLE), None);
+    }
+
+    #[test]
+    fn a_program_fighting_us_gets_a_check_a_second_after_the_burst() {
+        let start = Instant::now();
+        let mut limiter = Limiter::new(start);
+        let mut now = start;
+        let mut checks = Vec::new();
+        let mut limited = Vec::new();
+        // Our jump deleted every 10 ms for 10 s.
+        while now < start + Duration::from_secs(10) {
+            limiter.noticed(now, Trigger::Notification);
+            if let Some(due) = limiter.due()
+                && due <= now
+            {
+                match limiter.fire(now) {
+                    Some(Fire::Check(_)) => checks.push(now - start),
+                    Some(Fire::Limited { first }) => limited.push(first),
+                    None => {}
+                }
+            }
+            now += Duration::from_millis(10);
+        }
+        // The burst, then one a second: never more than BURST + 10.
+        assert!(checks.len() <= BURST as usize + 10, "{checks:?}");
+        assert!(checks.len() >= 10, "{checks:?}");
+        assert_eq!(limited.iter().filter(|first| **first).count(), 1);
+        for pair in checks[BURST as usize..].windows(2) {
+            assert!(
+                pair[1] - pair[0] >= Duration::from_millis(990),
+                "{checks:?}"
+            );
+        }
+        // Once the fight stops, the bucket fills again.
+        let later = now + Duration::from_secs(10);
+        assert_eq!(
+            limiter.fire(later),
+            Some(Fire::Check(Trigger::Notification))
+        );
+        for round in 0..BURST - 1 {
+            let at = later + SETTLE * (round + 1);
+            limiter.noticed(at, Trigger::Notification);
+            assert_eq!(
+                limiter.fire(at + SETTLE),
+                Some(Fire::Check(Trigger::Notification)),
+                "{round}"
+            );
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! Kernel tests of the daemon under hostile conditions ("Under attack" in docs/SPEC.md): a
+//! foreign flush of its rules is repaired within a second with the default `resyncInterval`;
+//! a neighbour committing its own rules many times a second costs it nothing; a program
+//! deleting its jump in a loop meets rate-limited repairs, logged and counted; and a storm of
+//! scrapes or of idle connections on the metrics endpoint changes neither its memory, nor the
+//! number of programs it runs, nor how fast a policy change reaches the kernel, nor
+//! `/healthz`.
+
+mod support;
+
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::daemon::{
+    Daemon, daemon_config, get, http_get_ok, parse_prometheus, resident_kib, scrape_storm,
+};
+use support::fixtures::Whitelist;
+use support::{Backend, Family, Guard, Lab, POLL, addr, backend_tests, iptables, wait_until};
+
+/// The default resync interval: only the drift watch can repair within a second.
+const DEFAULT_RESYNC: &str = "90s";
+/// The contract: drift repaired within a second.
+const REPAIR_WITHIN: Duration = Duration::from_secs(1);
+const SRC_A: Ipv4Addr = addr::CLIENT_V4[0];
+const SRC_B: Ipv4Addr = addr::CLIENT_V4[1];
+const METRICS_ADDR: &str = "127.0.0.1:9808";
+
+fn metrics_addr() -> SocketAddr {
+    METRICS_ADDR.parse().expect("a socket address")
+}
+
+fn whitelist(allowed: &[Ipv4Addr]) -> String {
+    Whitelist::mission()
+        .name("guard-nodeport")
+        .nets(allowed.iter().map(|a| format!("{a}/32")))
+        .yaml()
+}
+
+/// A guard with the default resync interval, `/metrics` on [`METRICS_ADDR`], and the
+/// whitelist of [`SRC_A`].
+fn serving_guard(lab: &Lab) -> Guard<'_> {
+    let guard = Guard::with_config(
+        lab,
+        &daemon_config(DEFAULT_RESYNC, &format!("metricsAddress: {METRICS_ADDR}\n")),
+    );
+    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    guard
+}
+
+/// Exactly `allowed` reach the NodePort and `blocked` are dropped.
+#[track_caller]
+fn assert_traffic(lab: &Lab, allowed: &[Ipv4Addr], blocked: &[Ipv4Addr], context: &str) {
+    let nodeport = support::sa(addr::NODE_V4, support::ports::NODEPORT);
+    let probes: Vec<support::Probe> = allowed
+        .iter()
+        .map(|&src| support::open(src, nodeport, support::replies::NODEPORT_TARGET))
+        .chain(blocked.iter().map(|&src| support::dropped(src, nodeport)))
+        .collect();
+    support::check_reachability(lab, context, &probes);
+}
+
+/// Flushes our rules the way an administrator would: `iptables -t mangle -F` (both
+/// families), or `nft flush table ip nodeport_guard`.
+fn foreign_flush(lab: &Lab) {
+    match lab.backend() {
+        Backend::Nftables => {
+            lab.node()
+                .exec_ok("nft", &["flush", "table", "ip", "nodeport_guard"]);
+        }
+        Backend::Legacy | Backend::Nft => {
+            iptables(lab, Family::V4, "-t mangle -F");
+        }
+    }
+}
+
+/// Deletes our IPv4 jump (iptables) or our base chain (nftables), as a hostile program would.
+fn delete_our_jump(lab: &Lab) -> bool {
+    match lab.backend() {
+        Backend::Nftables => lab
+            .node()
+            .exec(
+                "nft",
+                &[
+                    "delete",
+                    "chain",
+                    "ip",
+                    "nodeport_guard",
+                    "mangle-PREROUTING",
+                ],
+            )
+            .success(),
+        Backend::Legacy | Backend::Nft => lab
+            .iptables(Family::V4, &["-t", "mangle", "-D", "PREROUTING", "1"])
+            .success(),
+    }
+}
+
+/// After `iptables -t mangle -F` or `nft flush table ip nodeport_guard`, with the default
+/// `resyncInterval` (90 s), the daemon has put our rules back within a second (the time of its
+/// `drift repaired` line, written after the write was read back and checked, against the
+/// moment the flush returned: polling the kernel from here would add the cost of each
+/// reading), the kernel holds exactly what it held before, the denied source is dropped again,
+/// and the repair is counted under the watch's trigger.
+fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = guard.our_rules_and_members();
+    let trigger = if backend == Backend::Legacy {
+        "poll"
+    } else {
+        "notification"
+    };
+    for round in 0..3 {
+        let mark = daemon.mark();
+        foreign_flush(&lab);
+        let flushed = jiff::Timestamp::now();
+        let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(5));
+        let repaired_at: jiff::Timestamp = line
+            .split_whitespace()
+            .next()
+            .and_then(|stamp| stamp.parse().ok())
+            .unwrap_or_else(|| panic!("no time stamp in {line}"));
+        let elapsed = repaired_at.duration_since(flushed);
+        eprintln!("{backend}: flush repaired after {elapsed:?}");
+        assert!(
+            elapsed <= jiff::SignedDuration::try_from(REPAIR_WITHIN).expect("small"),
+            "{backend} round {round}: repaired only after {elapsed:?}\n--- daemon log ---\n{}",
+            daemon.log_since(mark)
+        );
+        assert!(line.contains(trigger), "{line}");
+        assert_eq!(
+            guard.our_rules_and_members(),
+            applied,
+            "{backend} round {round}"
+        );
+        assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the repair");
+    }
+    let samples = scrape(&lab);
+    let counted = samples
+        .get(&format!(
+            "nodeport_guard_drift_repairs_total{{trigger=\"{trigger}\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0);
+    assert!(counted >= 3.0, "{samples:#?}");
+}
+backend_tests!(a_foreign_flush_is_repaired_within_a_second);
+
+/// `GET /metrics` as Prometheus text.
+#[track_caller]
+fn scrape(lab: &Lab) -> support::daemon::Samples {
+    let response = http_get_ok(lab.node(), metrics_addr(), "/metrics");
+    assert_eq!(response.status, 200, "{response:?}");
+    parse_prometheus(&response.body)
+        .unwrap_or_else(|e| panic!("/metrics is not Prometheus text: {e}\n{}", response.body))
+}
+
+/// One commit of a neighbour's own rules: a rule added to its chain in mangle (iptables) or
+/// to its own table (nftables); every 20th commit empties the chain again.
+fn neighbour_commit(lab: &Lab, round: usize) {
+    let source = format!("203.0.113.{}", round % 20 + 1);
+    match lab.backend() {
+        Backend::Nftables => {
+            let rule = if round.is_multiple_of(20) {
+                "flush chain ip neighbour c".to_owned()
+            } else {
+                format!("add rule ip neighbour c ip saddr {source} return")
+            };
+            let args: Vec<&str> = rule.split(' ').collect();
+            lab.node().exec_ok("nft", &args);
+        }
+        Backend::Legacy | Backend::Nft => {
+            if round.is_multiple_of(20) {
+                iptables(lab, Family::V4, "-t mangle -F KUBE-NEIGHBOUR");
+            } else {
+                iptables(
+                    lab,
+                    Family::V4,
+                    &format!("-t mangle -A KUBE-NEIGHBOUR -s {source}/32 -j RETURN"),
+                );
+            }
+        }
+    }
+}
+
+/// A neighbour (kube-proxy, docker) committing its own rules 20 times a second for 10 s: the
+/// daemon rewrites nothing of ours and its CPU time stays under 0.5 s in those 10 s.
+fn a_neighbour_committing_often_costs_nothing(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::with_config(&lab, &daemon_config(DEFAULT_RESYNC, ""));
+    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let mut daemon = Daemon::start(&guard);
+    match backend {
+        Backend::Nftables => {
+            lab.node()
+                .exec_ok("nft", &["add", "table", "ip", "neighbour"]);
+            lab.node()
+                .exec_ok("nft", &["add", "chain", "ip", "neighbour", "c"]);
+        }
+        Backend::Legacy | Backend::Nft => iptables(&lab, Family::V4, "-t mangle -N KUBE-NEIGHBOUR"),
+    }
+    let applied = guard.our_rules_and_members();
+    let mark = daemon.mark();
+    let cpu = daemon.cpu_time();
+    let started = Instant::now();
+    for round in 0..200 {
+        neighbour_commit(&lab, round);
+        let next = started + Duration::from_millis(50) * (round as u32 + 1);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    daemon.assert_running("after the neighbour's commits");
+    let used = daemon.cpu_time().saturating_sub(cpu);
+    eprintln!(
+        "{backend}: 200 neighbour commits in {:?}; the daemon used {used:?} of CPU",
+        started.elapsed()
+    );
+    assert_eq!(
+        guard.our_rules_and_members(),
+        applied,
+        "{backend}: our rules changed"
+    );
+    let log = daemon.log_since(mark);
+    assert!(
+        !log.contains("applied") && !log.contains("drift repaired"),
+        "{backend}: the daemon rewrote its rules:\n{log}"
+    );
+    assert!(
+        used < Duration::from_millis(500),
+        "{backend}: the daemon used {used:?} of CPU while a neighbour committed 20 times a second"
+    );
+}
+backend_tests!(a_neighbour_committing_often_costs_nothing);
+
+/// A program deleting our jump again and again for 5 s: the daemon keeps repairing, but after
+/// a burst at most one repair a second (a dozen at most), says so once in the log, and counts
+/// it in `/metrics`; once the program stops, the rules are back within a second.
+fn a_program_fighting_us_meets_rate_limited_repairs(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    let applied = guard.our_rules_and_members();
+    let mark = daemon.mark();
+    let started = Instant::now();
+    let mut deleted = 0;
+    while started.elapsed() < Duration::from_secs(5) {
+        deleted += usize::from(delete_our_jump(&lab));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = Instant::now();
+    let repaired = wait_until(REPAIR_WITHIN * 3, Duration::from_millis(10), || {
+        guard.our_rules_and_members() == applied
+    });
+    let log = daemon.log_since(mark);
+    assert!(
+        repaired && stopped.elapsed() <= REPAIR_WITHIN + Duration::from_millis(500),
+        "{backend}: not repaired after the fight ({:?})\n{}",
+        stopped.elapsed(),
+        daemon.log()
+    );
+    let repairs = daemon.count_since(mark, "drift repaired");
+    let warnings = daemon.count_since(mark, "rate-limited");
+    eprintln!("{backend}: {deleted} deletions in 5 s, {repairs} repairs, {warnings} warnings");
+    assert!(
+        deleted >= 10,
+        "{backend}: the fight did not happen ({deleted})\n{log}"
+    );
+    assert!(
+        (5..=16).contains(&repairs),
+        "{backend}: {repairs} repairs for {deleted} deletions in 5 s\n{log}"
+    );
+    assert_eq!(warnings, 1, "{backend}: said once\n{log}");
+    let limited = scrape(&lab)
+        .get("nodeport_guard_drift_checks_rate_limited_total")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(limited >= 1.0, "{backend}: not counted");
+}
+backend_tests!(a_program_fighting_us_meets_rate_limited_repairs);
+
+/// 200 concurrent scrapes are all answered within 10 s, with at most 4 programs of the
+/// daemon's running at any moment (one reading of the counters for all) and its resident
+/// memory at most twice what it was before; a policy change made during the storm reaches the
+/// kernel within a second.
+fn a_scrape_storm_changes_nothing(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let file = guard.policies_dir().join("policies.yaml");
+    let daemon = Daemon::start(&guard);
+    let pid = daemon.pid();
+    scrape(&lab);
+    let idle = resident_kib(pid);
+    let (storm, changed_after) = scrape_storm(lab.node(), metrics_addr(), 200, pid, || {
+        // A policy change in the middle of the storm.
+        std::thread::sleep(Duration::from_millis(50));
+        let before = guard.our_rules_and_members();
+        std::fs::write(&file, whitelist(&[SRC_B])).expect("write the policy");
+        let written = Instant::now();
+        wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
+            guard.our_rules_and_members() != before
+        });
+        written.elapsed()
+    });
+    let most_children = storm.most_children;
+    let (answers, took) = (storm.answers, storm.took);
+    let failed: Vec<_> = answers
+        .iter()
+        .filter(|answer| !matches!(answer, Ok((200, _))))
+        .collect();
+    let resident = resident_kib(pid);
+    eprintln!(
+        "{backend}: 200 scrapes in {took:?}; at most {most_children} children; resident \
+         {idle} KiB idle, {resident} KiB after; the policy change in the kernel after \
+         {changed_after:?}"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} scrapes failed: {failed:?}",
+        failed.len()
+    );
+    assert!(took <= Duration::from_secs(10), "200 scrapes took {took:?}");
+    assert!(most_children <= 4, "{most_children} children at once");
+    assert!(
+        resident <= idle * 2,
+        "resident memory went from {idle} KiB to {resident} KiB"
+    );
+    // The debounce (100 ms) is part of it.
+    assert!(
+        changed_after <= Duration::from_secs(1),
+        "the policy change took {changed_after:?} to reach the kernel during the storm\n{}",
+        daemon.log()
+    );
+}
+/// The endpoint does not depend on the backend: iptables-nft.
+#[test]
+fn a_scrape_storm_changes_nothing_nft() {
+    support::require_kernel!();
+    a_scrape_storm_changes_nothing(Backend::Nft);
+}
+
+/// 2,000 connections that never send a request do not delay `/healthz`: it answers within
+/// 500 ms while they are open, and they are closed (they do not pile up in the daemon).
+fn idle_connections_do_not_delay_healthz(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    http_get_ok(lab.node(), metrics_addr(), "/healthz");
+    raise_open_files_limit();
+    let (opened, health) = lab.node().run(|| {
+        let mut idle = Vec::new();
+        for _ in 0..2000 {
+            if let Ok(stream) =
+                TcpStream::connect_timeout(&metrics_addr(), Duration::from_millis(200))
+            {
+                idle.push(stream);
+            }
+        }
+        let health: Vec<_> = (0..5).map(|_| get(metrics_addr(), "/healthz")).collect();
+        (idle.len(), health)
+    });
+    let open_files = std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
+        .map(|fds| fds.count())
+        .unwrap_or(0);
+    eprintln!(
+        "{backend}: {opened} idle connections; /healthz: {health:?}; the daemon holds {open_files} descriptors"
+    );
+    assert!(opened >= 1000, "only {opened} connections were opened");
+    for answer in &health {
+        match answer {
+            Ok((200, took)) => assert!(
+                *took <= Duration::from_millis(500),
+                "/healthz took {took:?} among {opened} idle connections"
+            ),
+            other => panic!("/healthz among {opened} idle connections: {other:?}"),
+        }
+    }
+    assert!(
+        open_files < 200,
+        "the daemon holds {open_files} descriptors"
+    );
+}
+/// The endpoint does not depend on the backend: iptables-nft.
+#[test]
+fn idle_connections_do_not_delay_healthz_nft() {
+    support::require_kernel!();
+    idle_connections_do_not_delay_healthz(Backend::Nft);
+}
+
+/// Lets the test hold 2,000 sockets.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard.min(65_536), hard);
+    }
+}
+
+/// A request head over 8 KiB and one that trickles in slower than 5 s are dropped; junk is
+/// refused; `/healthz` stays up meanwhile.
+fn oversized_and_slow_requests_are_dropped(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let _daemon = Daemon::start(&guard);
+    http_get_ok(lab.node(), metrics_addr(), "/healthz");
+    lab.node().run(|| {
+        // Over 8 KiB of headers: no answer but an error status, or the connection closed.
+        let mut big = TcpStream::connect(metrics_addr()).expect("connect");
+        big.set_read_timeout(Some(Duration::from_secs(6))).ok();
+        let header = format!("X-Pad: {}\r\n", "a".repeat(1000));
+        let _ = write!(big, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
+        for _ in 0..10 {
+            let _ = big.write_all(header.as_bytes());
+        }
+        let _ = big.write_all(b"\r\n");
+        let mut answer = String::new();
+        let _ = big.read_to_string(&mut answer);
+        assert!(
+            !answer.starts_with("HTTP/1.1 200"),
+            "an oversized request was answered: {answer}"
+        );
+        // Junk.
+        let mut junk = TcpStream::connect(metrics_addr()).expect("connect");
+        junk.set_read_timeout(Some(Duration::from_secs(6))).ok();
+        let _ = junk.write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = junk.read_to_end(&mut answer);
+        assert!(!answer.starts_with(b"HTTP/1.1 200"));
+        // A head that is never finished: closed after about 5 s.
+        let mut slow = TcpStream::connect(metrics_addr()).expect("connect");
+        slow.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        let started = Instant::now();
+        let _ = slow.write_all(b"GET /metrics HTTP/1.1\r\n");
+        let mut answer = Vec::new();
+        let _ = slow.read_to_end(&mut answer);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(4) && took <= Duration::from_secs(7),
+            "a slow request was dropped after {took:?}: {answer:?}"
+        );
+        assert!(matches!(get(metrics_addr(), "/healthz"), Ok((200, _))));
+    });
+    assert!(wait_until(Duration::from_secs(2), POLL, || {
+        matches!(
+            lab.node().run(|| get(metrics_addr(), "/healthz")),
+            Ok((200, _))
+        )
+    }));
+}
+/// The endpoint does not depend on the backend: iptables-nft.
+#[test]
+fn oversized_and_slow_requests_are_dropped_nft() {
+    support::require_kernel!();
+    oversized_and_slow_requests_are_dropped(Backend::Nft);
+}
+
+/// `/metrics` passes `promtool check metrics` (the Prometheus project's own linter) in the
+/// Prometheus text format, with every family and label it had before, the repairs by trigger;
+/// a scraper that asks for OpenMetrics gets it.
+#[test]
+fn metrics_pass_promtool_nft() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let guard = serving_guard(&lab);
+    let _daemon = Daemon::start(&guard);
+    let text = http_get_ok(lab.node(), metrics_addr(), "/metrics");
+    assert!(
+        text.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{}",
+        text.head
+    );
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test installs it)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.body.as_bytes())
+        .expect("write to promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr),
+        text.body
+    );
+    for family in [
+        "# TYPE nodeport_guard_reloads_total counter",
+        "# TYPE nodeport_guard_drift_repairs_total counter",
+        "# TYPE nodeport_guard_rule_packets_total counter",
+        "# TYPE nodeport_guard_rule_bytes_total counter",
+        "# TYPE nodeport_guard_policies gauge",
+        "# TYPE nodeport_guard_apply_duration_seconds histogram",
+        "nodeport_guard_drift_repairs_total{trigger=\"notification\"} 0",
+        "nodeport_guard_rule_packets_total{policy=\"guard-nodeport\",direction=\"ingress\",rule=\"0\",tier=\"default\"}",
+    ] {
+        assert!(
+            text.body.contains(family),
+            "{family} missing in\n{}",
+            text.body
+        );
+    }
+    let openmetrics = lab.node().run(|| {
+        let mut stream = TcpStream::connect(metrics_addr()).expect("connect");
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n"
+        )
+        .expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        answer
+    });
+    assert!(
+        openmetrics
+            .to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{openmetrics}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+}
