@@ -13,7 +13,7 @@ mod support;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use support::daemon::{Daemon, daemon_config, http_get_ok, parse_prometheus};
+use support::daemon::{Daemon, counting_guard, http_get_ok, parse_prometheus};
 use support::fixtures::{MISSION_NAME, Whitelist};
 use support::{
     Backend, Guard, Lab, NflogCapture, POLL, addr, backend_tests, ports, sa, wait_until,
@@ -139,13 +139,7 @@ fn drops_names_the_program_holding_the_group() {
 /// `drops --since` replays the recent ones from the daemon's buffer.
 fn drops_reads_the_daemons_stream_and_metrics_count(backend: Backend) {
     let lab = Lab::new(backend);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(
-            "90s",
-            &format!("metricsAddress: {METRICS_ADDR}\nnflogListener: true\n"),
-        ),
-    );
+    let guard = counting_guard(&lab, METRICS_ADDR);
     guard.write_policy("nodeport.yaml", &Whitelist::mission().yaml());
     let daemon = Daemon::start(&guard);
     daemon.expect_log(0, "counting drops", WAIT);
@@ -233,13 +227,7 @@ fn udp_denies(ports: &[u16]) -> String {
 fn a_flood_of_drops_keeps_the_daemon_small_and_reloading() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Legacy);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(
-            "90s",
-            &format!("metricsAddress: {METRICS_ADDR}\nnflogListener: true\n"),
-        ),
-    );
+    let guard = counting_guard(&lab, METRICS_ADDR);
     let policy = Whitelist::mission().rules_before_deny(&udp_denies(&[30999]));
     guard.write_policy("nodeport.yaml", &policy.yaml());
     let daemon = Daemon::start(&guard);
@@ -428,13 +416,7 @@ backend_tests!(egress_drops_name_the_rule_and_the_end_of_the_tier);
 fn the_daemon_enforces_without_counting_when_the_group_is_held() {
     support::require_kernel!();
     let lab = Lab::new(Backend::Nftables);
-    let guard = Guard::with_config(
-        &lab,
-        &daemon_config(
-            "90s",
-            &format!("metricsAddress: {METRICS_ADDR}\nnflogListener: true\n"),
-        ),
-    );
+    let guard = counting_guard(&lab, METRICS_ADDR);
     guard.write_policy("nodeport.yaml", &Whitelist::mission().yaml());
     let _tcpdump = NflogCapture::start(lab.node(), 1);
     let mut daemon = Daemon::start(&guard);

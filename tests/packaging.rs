@@ -10,6 +10,8 @@
 //! `cargo install cargo-deb` the first time), so that test runs only with
 //! `NPG_REQUIRE_KERNEL_TESTS=1` or `NPG_TEST_DEB=1`.
 
+mod package_contents;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -1079,37 +1081,12 @@ fn debian_package_holds_binary_units_config_docs_and_dependencies() {
     );
     for path in [
         "/etc/nodeport-guard/policies/",
-        "/usr/share/man/man1/nodeport-guard.1.gz",
-        "/usr/share/bash-completion/completions/nodeport-guard",
         "/usr/share/zsh/vendor-completions/_nodeport-guard",
-        "/usr/share/fish/vendor_completions.d/nodeport-guard.fish",
         "/usr/share/doc/nodeport-guard/copyright",
-        "/usr/share/doc/nodeport-guard/schemas/nodeport-guard.schema.json",
-        "/usr/share/doc/nodeport-guard/confd/conf.d/nodeport-guard.toml",
     ] {
         assert!(has(path), "the package lacks {path}: {members:?}");
     }
-    // The policy directory holds no policy: nothing is enforced until the operator adds one.
-    assert!(
-        !members
-            .keys()
-            .any(|path| path.starts_with("/etc/nodeport-guard/policies/")
-                && nodeport_guard::load::is_policy_file_name(
-                    path.rsplit('/').next().unwrap_or("")
-                )),
-        "{members:?}"
-    );
-    for entry in std::fs::read_dir("policies").expect("policies/") {
-        let name = entry
-            .expect("entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        assert!(
-            has(&format!("/usr/share/doc/nodeport-guard/examples/{name}")),
-            "example {name} is not packaged"
-        );
-    }
+    package_contents::assert_shared_contents(&members.keys().cloned().collect());
     let man = deb_file(&deb, "/usr/share/man/man1/nodeport-guard.1.gz");
     assert!(
         man.starts_with(&[0x1f, 0x8b]),

@@ -1,4 +1,5 @@
-//! The daemon as the NFLOG listener: it counts denied packets per policy rule for `/metrics`,
+//! The daemon as the NFLOG listener: it counts denied packets per policy rule and per source
+//! for `/metrics`,
 //! keeps a bounded ring of recent ones, and streams them to `drops` over
 //! `<state-dir>/drops.sock` (mode 0600).
 //!
@@ -6,7 +7,6 @@
 //! client skips packets, and is told how many), the number of clients. The reading runs on its
 //! own thread, so a flood never holds up a reload; the reload only swaps the resolver.
 
-use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -206,16 +206,15 @@ impl DropLog {
                     packet: packet::parse(&logged.payload),
                 })
                 .collect();
-            // Counted per prefix: a flood is mostly one prefix, resolved once a batch.
-            let mut per_prefix: HashMap<&str, u64> = HashMap::new();
-            for packet in &observed {
-                *per_prefix.entry(packet.prefix.as_str()).or_default() += 1;
-            }
             if let (Ok(resolver), Ok(mut metrics)) = (self.resolver.read(), self.metrics.lock()) {
+                let metrics = &mut *metrics;
                 metrics.drops_skipped += batch.lost;
-                for (prefix, packets) in per_prefix {
-                    metrics.dropped.count_n(&resolver.resolve(prefix), packets);
-                }
+                crate::drops::count_batch(
+                    &resolver,
+                    &observed,
+                    &mut metrics.dropped,
+                    &mut metrics.dropped_sources,
+                );
             }
             if let Ok(mut fanout) = self.fanout.lock() {
                 for packet in &observed {

@@ -77,6 +77,16 @@ pub struct Metrics {
     pub grants_active: usize,
     /// Seconds since the epoch of the next expiry, if one is to come.
     pub grant_next_expiry: Option<i64>,
+    /// Denied packets per source address, bounded.
+    pub dropped_sources: crate::drops::SourceCounts,
+    /// Whether the last reconcile (or repair with the last good rules) left the kernel holding
+    /// the rules the daemon means to apply; false after a failed write, until one succeeds.
+    pub in_sync: bool,
+    /// Seconds since the epoch of the last time the daemon read the kernel and found, or left,
+    /// its rules in place.
+    pub last_sync_timestamp: u64,
+    /// The configured `resyncInterval`, so that alerts can say "longer than a resync".
+    pub resync_interval_seconds: f64,
     /// Ports other hosts can reach, by who may and how (`None` until the first audit).
     pub exposed_ports: Option<
         std::collections::BTreeMap<(crate::exposure::Reachable, crate::exposure::Via), usize>,
@@ -104,6 +114,10 @@ impl Default for Metrics {
             dropped: crate::drops::DropCounts::default(),
             drops_skipped: 0,
             drops_listening: false,
+            dropped_sources: crate::drops::SourceCounts::default(),
+            in_sync: false,
+            last_sync_timestamp: 0,
+            resync_interval_seconds: 0.0,
             exposed_ports: None,
             grants_active: 0,
             grant_next_expiry: None,
@@ -205,14 +219,17 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
         "Policies, staged policies and network sets with an expiry that still count.",
         gauge(count(metrics.grants_active)),
     );
-    // No sample when no expiry is to come.
+    // Declared always, with no sample when no expiry is to come: alerts and dashboards can
+    // tell "no grant" from "not exported".
+    let next_expiry = Family::<Labels, Gauge>::default();
     if let Some(next) = metrics.grant_next_expiry {
-        registry.register(
-            "nodeport_guard_grant_next_expiry_timestamp_seconds",
-            "When the next expiry is due.",
-            gauge(next),
-        );
+        next_expiry.get_or_create(&Vec::new()).set(next);
     }
+    registry.register(
+        "nodeport_guard_grant_next_expiry_timestamp_seconds",
+        "When the next expiry is due.",
+        next_expiry,
+    );
     for (name, help, value) in [
         (
             "nodeport_guard_policies",
@@ -238,6 +255,7 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
         gauge(i64::from(metrics.policy_files_invalid)),
     );
     rule_metrics(&mut registry, rules);
+    sync_metrics(&mut registry, metrics);
     drop_metrics(&mut registry, metrics);
     registry
 }
@@ -268,6 +286,43 @@ fn rule_metrics(registry: &mut Registry, rules: &[RuleCounter]) {
     );
 }
 
+/// `nodeport_guard_in_sync`, the timestamp and interval that say for how long, and
+/// `nodeport_guard_healthy` (what `/healthz` answers, as a sample Prometheus can alert on
+/// without probing `/healthz` itself).
+fn sync_metrics(registry: &mut Registry, metrics: &Metrics) {
+    registry.register(
+        "nodeport_guard_in_sync",
+        "1 when the kernel holds the rules the daemon means to apply (its last write or repair succeeded); 0 after a failed write, until one succeeds.",
+        gauge(i64::from(metrics.in_sync)),
+    );
+    registry.register(
+        "nodeport_guard_last_sync_timestamp_seconds",
+        "When the daemon last read the kernel and found, or left, its rules in place (every resync does).",
+        gauge(i64::try_from(metrics.last_sync_timestamp).unwrap_or(i64::MAX)),
+    );
+    registry.register(
+        "nodeport_guard_resync_interval_seconds",
+        "The configured resyncInterval: how often the daemon re-reads the kernel in full.",
+        gauge_f64(metrics.resync_interval_seconds),
+    );
+    registry.register(
+        "nodeport_guard_healthy",
+        "1 when the reconcile loop ran recently enough for /healthz to answer 200.",
+        gauge(i64::from(metrics.healthy())),
+    );
+}
+
+impl Metrics {
+    /// Whether the loop went round within three resync intervals and 30 s (the daemon's
+    /// `stale_after`): what `/healthz` answers.
+    pub fn healthy(&self) -> bool {
+        let stale_after =
+            std::time::Duration::from_secs_f64(self.resync_interval_seconds * 3.0 + 30.0);
+        self.heartbeat
+            .is_some_and(|beat| beat.elapsed() < stale_after)
+    }
+}
+
 /// `nodeport_guard_dropped_packets_total` and friends.
 fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
     registry.register(
@@ -284,6 +339,17 @@ fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
                 *count,
             )
         })),
+    );
+    registry.register(
+        "nodeport_guard_dropped_source_packets",
+        "Packets dropped and logged to NFLOG, by source address (at most 256 sources; further ones count under source=\"other\").",
+        counters(
+            metrics
+                .dropped_sources
+                .counts
+                .iter()
+                .map(|(source, count)| (vec![("source", source.clone())], *count)),
+        ),
     );
     registry.register(
         "nodeport_guard_dropped_packets_skipped",
@@ -476,5 +542,33 @@ mod tests {
         ), "{text}");
         assert!(text.contains("nodeport_guard_dropped_packets_skipped_total 7\n"));
         assert!(text.contains("nodeport_guard_drops_listening 1\n"));
+    }
+
+    #[test]
+    fn renders_sync_state_sources_and_health() {
+        let mut metrics = Metrics {
+            in_sync: true,
+            last_sync_timestamp: 1_700_000_000,
+            resync_interval_seconds: 90.0,
+            ..Metrics::default()
+        };
+        metrics
+            .dropped_sources
+            .count_n("203.0.113.7".parse().expect("ip"), 4);
+        let text = render(&metrics, &[]);
+        for line in [
+            "nodeport_guard_in_sync 1\n",
+            "nodeport_guard_last_sync_timestamp_seconds 1700000000\n",
+            "nodeport_guard_resync_interval_seconds 90",
+            "nodeport_guard_healthy 0\n",
+            "nodeport_guard_dropped_source_packets_total{source=\"203.0.113.7\"} 4\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+        assert!(!metrics.healthy(), "never went round");
+        metrics.heartbeat = Some(Instant::now());
+        assert!(metrics.healthy());
+        let text = render(&metrics, &[]);
+        assert!(text.contains("nodeport_guard_healthy 1\n"), "{text}");
     }
 }

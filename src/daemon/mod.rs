@@ -131,7 +131,10 @@ async fn run_loop(
     state_dir: StateDir,
 ) -> Result<ExitCode> {
     let backend = settings.backend.resolve(runner.as_ref());
-    let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
+    let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics {
+        resync_interval_seconds: settings.config.resync_interval.as_secs_f64(),
+        ..metrics::Metrics::default()
+    }));
     let (sender, mut events) = mpsc::unbounded_channel();
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;

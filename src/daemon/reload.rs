@@ -314,6 +314,7 @@ impl Daemon {
             Outcome::Failed(_) => {
                 metrics.policy_files_invalid = false;
                 metrics.reloads_failed += 1;
+                metrics.in_sync = false;
                 return;
             }
             Outcome::Applied(applied) => {
@@ -341,16 +342,25 @@ impl Daemon {
                     .map(|rules| rules.len())
                     .sum();
                 metrics.set_members = applied.desired.sets.values().map(|s| s.members.len()).sum();
+                metrics.in_sync = true;
+                metrics.last_sync_timestamp = now_seconds();
                 return;
             }
         };
-        if let Some(Ok(outcome)) = repaired
-            && !outcome.plan.is_empty()
-        {
-            event
-                .drift_trigger()
-                .unwrap_or(super::drift::Trigger::Resync)
-                .count(&mut metrics);
+        // Repairing with the last good rules reads the kernel and leaves them in place.
+        match repaired {
+            Some(Ok(outcome)) => {
+                if !outcome.plan.is_empty() {
+                    event
+                        .drift_trigger()
+                        .unwrap_or(super::drift::Trigger::Resync)
+                        .count(&mut metrics);
+                }
+                metrics.in_sync = true;
+                metrics.last_sync_timestamp = now_seconds();
+            }
+            Some(Err(_)) => metrics.in_sync = false,
+            None => {}
         }
     }
 

@@ -293,10 +293,15 @@ fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
                 .contains("the previous rules were restored")
         );
         assert_eq!(harness.metric(|m| m.reloads_failed), 1);
+        assert_eq!(harness.metric(|m| u64::from(m.in_sync)), 0, "{backend}");
+        let synced_before = harness.metric(|m| m.last_sync_timestamp);
+        assert!(synced_before > 0, "{backend}: the first apply was a sync");
         // The next event applies the change.
         harness.daemon.handle(Event::PoliciesChanged);
         assert_ne!(harness.ours(), ours);
         assert!(harness.daemon.last_errors.is_empty());
+        assert_eq!(harness.metric(|m| u64::from(m.in_sync)), 1, "{backend}");
+        assert!(harness.metric(|m| m.last_sync_timestamp) >= synced_before);
     });
 }
 

@@ -3,8 +3,8 @@
 //!
 //! A packet comes as an [`Observed`] (the prefix, the interface, the first bytes of the
 //! packet); [`Resolver`] names the policy rule of its prefix; [`Filters`] picks what is shown;
-//! [`Line`] is what is printed; [`Summary`] counts for Ctrl-C; [`Recent`] and [`DropCounts`]
-//! are the daemon's bounded ring and its `/metrics` counters.
+//! [`Line`] is what is printed; [`Summary`] counts for Ctrl-C; [`Recent`], [`DropCounts`] and
+//! [`SourceCounts`] are the daemon's bounded ring and its `/metrics` counters.
 
 pub mod packet;
 pub mod prefix;
@@ -394,6 +394,56 @@ impl DropCounts {
     }
 }
 
+/// The most sources [`SourceCounts`] keeps; packets from further ones count under
+/// `source="other"`, so a flood of spoofed addresses cannot grow `/metrics` without bound.
+pub const SOURCE_KEYS: usize = 256;
+
+/// Denied packets per source address, for `/metrics` (`top dropped sources` and the alert on a
+/// source whose drops rise sharply); bounded in size like [`DropCounts`].
+#[derive(Clone, Debug, Default)]
+pub struct SourceCounts {
+    /// Packets per source address (or `other`).
+    pub counts: HashMap<String, u64>,
+}
+
+impl SourceCounts {
+    /// Counts `packets` dropped packets from `source`.
+    pub fn count_n(&mut self, source: IpAddr, packets: u64) {
+        let key = source.to_string();
+        if self.counts.len() >= SOURCE_KEYS && !self.counts.contains_key(&key) {
+            *self.counts.entry("other".to_owned()).or_default() += packets;
+        } else {
+            *self.counts.entry(key).or_default() += packets;
+        }
+    }
+}
+
+/// Counts a batch of logged packets for `/metrics`: per policy rule, and per source for the
+/// dropped ones. A flood is mostly one prefix, so each prefix is resolved once a batch.
+pub fn count_batch(
+    resolver: &Resolver,
+    observed: &[Observed],
+    rules: &mut DropCounts,
+    sources: &mut SourceCounts,
+) {
+    let mut per_prefix: HashMap<&str, (Verdict, u64)> = HashMap::new();
+    for packet in observed {
+        let prefix = packet.prefix.as_str();
+        let (verdict, packets) = per_prefix
+            .entry(prefix)
+            .or_insert_with(|| (resolver.resolve(prefix), 0));
+        *packets += 1;
+        if let Some(summary) = &packet.packet
+            && DropKey::of(verdict).is_some()
+        {
+            sources.count_n(summary.src, 1);
+        }
+    }
+    for (verdict, packets) in per_prefix.values() {
+        rules.count_n(verdict, *packets);
+    }
+}
+
 /// The peer port id holding each group, from `/proc/net/netfilter/nfnetlink_log` (lines of
 /// group, peer port id, queue length, copy mode, copy range, flush timeout, use count).
 pub fn group_holders(text: &str) -> Vec<(u16, u32)> {
@@ -565,6 +615,25 @@ mod tests {
         assert_eq!(counts.counts.len(), DROP_KEYS + 1);
         let total: u64 = counts.counts.values().sum();
         assert_eq!(total, (SUMMARY_KEYS + 10) as u64);
+    }
+
+    #[test]
+    fn source_counters_stay_bounded_and_keep_the_total() {
+        let mut sources = SourceCounts::default();
+        let first: IpAddr = "203.0.113.7".parse().expect("ip");
+        sources.count_n(first, 3);
+        for i in 0..(SOURCE_KEYS as u128 + 10) {
+            sources.count_n(IpAddr::from(std::net::Ipv6Addr::from(i)), 1);
+        }
+        sources.count_n(first, 2);
+        assert_eq!(sources.counts.len(), SOURCE_KEYS + 1);
+        assert_eq!(
+            sources.counts["203.0.113.7"], 5,
+            "a known source keeps counting"
+        );
+        assert_eq!(sources.counts["other"], 11);
+        let total: u64 = sources.counts.values().sum();
+        assert_eq!(total, SOURCE_KEYS as u64 + 10 + 5);
     }
 
     #[test]

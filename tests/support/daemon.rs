@@ -28,6 +28,7 @@ use nix::unistd::Pid;
 
 use super::cmd;
 use super::guard::{BIN, Guard, POLL, backend_arg};
+use super::lab::Lab;
 use super::netns::Netns;
 use super::wait_until;
 
@@ -40,6 +41,18 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// where only the watcher may cause a reload).
 pub fn daemon_config(resync: &str, extra: &str) -> String {
     format!("debounce: 100ms\nresyncInterval: {resync}\n{extra}")
+}
+
+/// A guard for a daemon that serves `/metrics` on `metrics_addr` and counts drops (it holds
+/// the NFLOG groups), with a resync interval long enough that only events cause reloads.
+pub fn counting_guard<'lab>(lab: &'lab Lab, metrics_addr: &str) -> Guard<'lab> {
+    Guard::with_config(
+        lab,
+        &daemon_config(
+            "90s",
+            &format!("metricsAddress: {metrics_addr}\nnflogListener: true\n"),
+        ),
+    )
 }
 
 /// A running (or exited) `nodeport-guard run`.
