@@ -221,15 +221,14 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     );
     // Declared always, with no sample when no expiry is to come: alerts and dashboards can
     // tell "no grant" from "not exported".
-    let next_expiry = Family::<Labels, Gauge>::default();
-    if let Some(next) = metrics.grant_next_expiry {
-        next_expiry.get_or_create(&Vec::new()).set(next);
-    }
-    registry.register(
+    let (name, help) = (
         "nodeport_guard_grant_next_expiry_timestamp_seconds",
         "When the next expiry is due.",
-        next_expiry,
     );
+    match metrics.grant_next_expiry {
+        Some(next) => registry.register(name, help, gauge(next)),
+        None => registry.register(name, help, Family::<Labels, Gauge>::default()),
+    }
     for (name, help, value) in [
         (
             "nodeport_guard_policies",
