@@ -415,22 +415,21 @@ fn failed_write_restores_version_a(
     assert_eq!(code, 0, "{context}: B applied: {plan}");
 }
 
-/// `iptables-restore` failing on the second table (IPv6 mangle, after IPv4
-/// mangle was already committed): `apply` exits 1 naming the restore
-/// command and its stderr, and puts the IPv4 table back, so the kernel
-/// holds exactly the previous rules and sets.
+/// `iptables-restore` failing on the second table (IPv4 raw, where the early
+/// drop lives, after IPv4 mangle was already committed): `apply` exits 1
+/// naming the restore command and its stderr, and puts the mangle table
+/// back, so the kernel holds exactly the previous rules and sets.
 fn restore_failing_half_way_leaves_the_previous_rules(backend: Backend) {
     let lab = Lab::new(backend);
     let wrappers = Wrappers::new();
     wrappers.wrap_restores();
     let guard = Guard::new(&lab).with_env("PATH", &wrappers.path_env());
     let program = match backend {
-        Backend::Legacy => "ip6tables-legacy-restore",
-        Backend::Nft | Backend::Nftables => "ip6tables-nft-restore",
+        Backend::Legacy => "iptables-legacy-restore",
+        Backend::Nft | Backend::Nftables => "iptables-nft-restore",
     };
     failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, program);
     // The first table's restore failing is the plain case.
-    let program = program.trim_start_matches("ip6").trim_start_matches("ip");
     failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, program);
 }
 backend_tests!(

@@ -219,15 +219,8 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
         "Policies, staged policies and network sets with an expiry that still count.",
         gauge(count(metrics.grants_active)),
     );
-    // Declared always, with no sample when no expiry is to come: alerts and dashboards can
-    // tell "no grant" from "not exported".
-    let (name, help) = (
-        "nodeport_guard_grant_next_expiry_timestamp_seconds",
-        "When the next expiry is due.",
-    );
-    match metrics.grant_next_expiry {
-        Some(next) => registry.register(name, help, gauge(next)),
-        None => registry.register(name, help, Family::<Labels, Gauge>::default()),
+    if let Some(next) = metrics.grant_next_expiry {
+        registry.register(NEXT_EXPIRY.0, NEXT_EXPIRY.1, gauge(next));
     }
     for (name, help, value) in [
         (
@@ -388,8 +381,22 @@ pub fn render_openmetrics(metrics: &Metrics, rules: &[RuleCounter]) -> String {
     let mut text = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut text, &registry(metrics, rules));
+    if metrics.grant_next_expiry.is_none() {
+        // Declared with no sample when no expiry is to come, so that alerts and dashboards can
+        // tell "no grant" from "not exported"; the library leaves a family without samples out.
+        let (name, help) = NEXT_EXPIRY;
+        let declared = format!("# HELP {name} {help}\n# TYPE {name} gauge\n");
+        let end = text.rfind("# EOF").unwrap_or(text.len());
+        text.insert_str(end, &declared);
+    }
     text
 }
+
+/// The next expiry's gauge: its name and help.
+const NEXT_EXPIRY: (&str, &str) = (
+    "nodeport_guard_grant_next_expiry_timestamp_seconds",
+    "When the next expiry is due.",
+);
 
 /// The exposition as Prometheus text format 0.0.4.
 #[cfg(test)]
