@@ -168,7 +168,7 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     let result = |name: &str| vec![("result", name.to_owned())];
     registry.register(
         "nodeport_guard_reloads",
-        "Policy reloads by result.",
+        "Policy reloads by result",
         counters([
             (result("ok"), metrics.reloads_ok),
             (result("failed"), metrics.reloads_failed),
@@ -179,7 +179,7 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     let repairs = metrics.drift_repairs;
     registry.register(
         "nodeport_guard_drift_repairs",
-        "Rules changed by another program and put back, by what noticed it (notification: nf_tables change notifications; poll: the once-a-second check of iptables-legacy; resync: the resync timer).",
+        "Rules changed by another program and put back, by what noticed it (notification: nf_tables change notifications; poll: the once-a-second check of iptables-legacy; resync: the resync timer)",
         counters([
             (trigger("notification"), repairs.notification),
             (trigger("poll"), repairs.poll),
@@ -188,12 +188,12 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     );
     registry.register(
         "nodeport_guard_drift_checks_rate_limited",
-        "Times a drift check was held back because another program keeps changing nodeport-guard's rules (after 5 checks in a burst, one a second).",
+        "Times a drift check was held back because another program keeps changing nodeport-guard's rules (after 5 checks in a burst, one a second)",
         counter(metrics.drift_rate_limited),
     );
     registry.register(
         "nodeport_guard_revoked_connections",
-        "Established connections cut because a change of policies denies them (revokeEstablished).",
+        "Established connections cut because a change of policies denies them (revokeEstablished)",
         counters([
             (result("cut"), metrics.revoked_connections),
             (result("failed"), metrics.revoke_failures),
@@ -201,22 +201,22 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     );
     registry.register(
         "nodeport_guard_last_apply_timestamp_seconds",
-        "When the rules were last applied successfully.",
+        "When the rules were last applied successfully",
         gauge(i64::try_from(metrics.last_apply_timestamp).unwrap_or(i64::MAX)),
     );
     registry.register(
         "nodeport_guard_apply_duration_seconds",
-        "How long applying took.",
+        "How long applying took",
         metrics.apply_seconds.clone(),
     );
     registry.register(
         "nodeport_guard_last_apply_duration_seconds",
-        "How long the last apply took.",
+        "How long the last apply took",
         gauge_f64(metrics.last_apply_seconds),
     );
     registry.register(
         "nodeport_guard_grants_active",
-        "Policies, staged policies and network sets with an expiry that still count.",
+        "Policies, staged policies and network sets with an expiry that still count",
         gauge(count(metrics.grants_active)),
     );
     if let Some(next) = metrics.grant_next_expiry {
@@ -225,17 +225,17 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     for (name, help, value) in [
         (
             "nodeport_guard_policies",
-            "Policies in the applied set.",
+            "Policies in the applied set",
             metrics.policies,
         ),
         (
             "nodeport_guard_rules",
-            "Kernel rules nodeport-guard owns.",
+            "Kernel rules nodeport-guard owns",
             metrics.rules,
         ),
         (
             "nodeport_guard_set_members",
-            "Members over all sets nodeport-guard owns.",
+            "Members over all sets nodeport-guard owns",
             metrics.set_members,
         ),
     ] {
@@ -243,7 +243,7 @@ fn registry(metrics: &Metrics, rules: &[RuleCounter]) -> Registry {
     }
     registry.register(
         "nodeport_guard_policy_files_invalid",
-        "1 when the policy files are invalid and the last good set is kept.",
+        "1 when the policy files are invalid and the last good set is kept",
         gauge(i64::from(metrics.policy_files_invalid)),
     );
     rule_metrics(&mut registry, rules);
@@ -268,12 +268,12 @@ fn rule_metrics(registry: &mut Registry, rules: &[RuleCounter]) {
     };
     registry.register(
         "nodeport_guard_rule_packets",
-        "Packets matched by each policy rule (kernel counters).",
+        "Packets matched by each policy rule (kernel counters)",
         counters(rules.iter().map(|c| (labels(c), c.packets))),
     );
     registry.register(
         "nodeport_guard_rule_bytes",
-        "Bytes matched by each policy rule (kernel counters).",
+        "Bytes matched by each policy rule (kernel counters)",
         counters(rules.iter().map(|c| (labels(c), c.bytes))),
     );
 }
@@ -284,22 +284,22 @@ fn rule_metrics(registry: &mut Registry, rules: &[RuleCounter]) {
 fn sync_metrics(registry: &mut Registry, metrics: &Metrics) {
     registry.register(
         "nodeport_guard_in_sync",
-        "1 when the kernel holds the rules the daemon means to apply (its last write or repair succeeded); 0 after a failed write, until one succeeds.",
+        "1 when the kernel holds the rules the daemon means to apply (its last write or repair succeeded); 0 after a failed write, until one succeeds",
         gauge(i64::from(metrics.in_sync)),
     );
     registry.register(
         "nodeport_guard_last_sync_timestamp_seconds",
-        "When the daemon last read the kernel and found, or left, its rules in place (every resync does).",
+        "When the daemon last read the kernel and found, or left, its rules in place (every resync does)",
         gauge(i64::try_from(metrics.last_sync_timestamp).unwrap_or(i64::MAX)),
     );
     registry.register(
         "nodeport_guard_resync_interval_seconds",
-        "The configured resyncInterval: how often the daemon re-reads the kernel in full.",
+        "The configured resyncInterval: how often the daemon re-reads the kernel in full",
         gauge_f64(metrics.resync_interval_seconds),
     );
     registry.register(
         "nodeport_guard_healthy",
-        "1 when the reconcile loop ran recently enough for /healthz to answer 200.",
+        "1 when the reconcile loop ran recently enough for /healthz to answer 200",
         gauge(i64::from(metrics.healthy())),
     );
 }
@@ -319,7 +319,7 @@ impl Metrics {
 fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
     registry.register(
         "nodeport_guard_dropped_packets",
-        "Packets dropped and logged to NFLOG, by the policy rule that dropped them (rule is the index, or end-of-tier, no-profile, unknown).",
+        "Packets dropped and logged to NFLOG, by the policy rule that dropped them (rule is the index, or end-of-tier, no-profile, unknown)",
         counters(metrics.dropped.counts.iter().map(|(key, count)| {
             (
                 vec![
@@ -334,7 +334,7 @@ fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
     );
     registry.register(
         "nodeport_guard_dropped_source_packets",
-        "Packets dropped and logged to NFLOG, by source address (at most 256 sources; further ones count under source=\"other\").",
+        "Packets dropped and logged to NFLOG, by source address (at most 256 sources; further ones count under source=\"other\")",
         counters(
             metrics
                 .dropped_sources
@@ -345,12 +345,12 @@ fn drop_metrics(registry: &mut Registry, metrics: &Metrics) {
     );
     registry.register(
         "nodeport_guard_dropped_packets_skipped",
-        "Logged packets lost before they were counted (the NFLOG socket's buffer overflowed).",
+        "Logged packets lost before they were counted (the NFLOG socket's buffer overflowed)",
         counter(metrics.drops_skipped),
     );
     registry.register(
         "nodeport_guard_drops_listening",
-        "1 when the daemon reads the NFLOG groups (0: drop logging off, or another program holds a group).",
+        "1 when the daemon reads the NFLOG groups (0: drop logging off, or another program holds a group)",
         gauge(i64::from(metrics.drops_listening)),
     );
     register_exposed(registry, metrics);
@@ -371,7 +371,7 @@ fn register_exposed(registry: &mut Registry, metrics: &Metrics) {
     }
     registry.register(
         "nodeport_guard_exposed_ports",
-        "Ports of this host other hosts can reach (listening sockets, DNAT rules), by who the policies applied let reach them.",
+        "Ports of this host other hosts can reach (listening sockets, DNAT rules), by who the policies applied let reach them",
         family,
     );
 }
@@ -385,7 +385,7 @@ pub fn render_openmetrics(metrics: &Metrics, rules: &[RuleCounter]) -> String {
         // Declared with no sample when no expiry is to come, so that alerts and dashboards can
         // tell "no grant" from "not exported"; the library leaves a family without samples out.
         let (name, help) = NEXT_EXPIRY;
-        let declared = format!("# HELP {name} {help}\n# TYPE {name} gauge\n");
+        let declared = format!("# HELP {name} {help}.\n# TYPE {name} gauge\n");
         let end = text.rfind("# EOF").unwrap_or(text.len());
         text.insert_str(end, &declared);
     }
@@ -395,7 +395,7 @@ pub fn render_openmetrics(metrics: &Metrics, rules: &[RuleCounter]) -> String {
 /// The next expiry's gauge: its name and help.
 const NEXT_EXPIRY: (&str, &str) = (
     "nodeport_guard_grant_next_expiry_timestamp_seconds",
-    "When the next expiry is due.",
+    "When the next expiry is due",
 );
 
 /// The exposition as Prometheus text format 0.0.4.
