@@ -168,7 +168,7 @@ pub fn run(
         &target.index,
     );
     let outcome = match written {
-        Ok(written) => written.outcome,
+        Ok(outcome) => outcome,
         Err(error) => {
             engine.state_dir.clear_pending().ok();
             return Err(error.into());

@@ -143,12 +143,6 @@ pub struct Planned {
     pub plan: Plan,
 }
 
-/// What a write did.
-pub struct Written {
-    /// The reconcile's outcome: the plan carried out, what the kernel held before, the time.
-    pub outcome: reconcile::Outcome,
-}
-
 impl<'a> Engine<'a> {
     /// The engine for `settings`, with the backend they choose resolved on `runner`.
     pub fn new(settings: &'a Settings, runner: &'a dyn Runner) -> Engine<'a> {
@@ -280,7 +274,7 @@ impl<'a> Engine<'a> {
         changes: Plan,
         observation: Option<&view::Observation>,
         index: &AppliedIndex,
-    ) -> Result<Written, reconcile::ReconcileError> {
+    ) -> Result<reconcile::Outcome, reconcile::ReconcileError> {
         let outcome = reconcile::write_planned(dataplane, desired, before, changes)?;
         // What was written and verified is the kernel's now, if nobody else wrote meanwhile.
         let commits = outcome.commits;
@@ -291,7 +285,7 @@ impl<'a> Engine<'a> {
         }
         record::applied(&self.state_dir, index);
         record::change(&self.state_dir, "apply", &outcome.plan);
-        Ok(Written { outcome })
+        Ok(outcome)
     }
 
     /// Cuts the established connections that `after` denies and `before` let through
