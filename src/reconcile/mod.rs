@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::dataplane::{Dataplane, DataplaneError};
+use crate::dataplane::{Dataplane, DataplaneError, Hold, Stamp};
 use crate::plan::{Plan, Summary, plan};
 use crate::state::State;
 
@@ -121,44 +121,6 @@ pub struct Cached {
     state: std::sync::Arc<State>,
 }
 
-/// A reading of the kernel's sign.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum Stamp {
-    /// The nf_tables generation.
-    Generation(u32),
-    /// The digest of the x_tables rules, read under the xtables lock (saved in hex: JSON
-    /// numbers do not hold 128 bits).
-    Digest(#[serde(with = "hex_u128")] u128),
-}
-
-/// A `u128` as 32 hex digits.
-mod hex_u128 {
-    pub fn serialize<S: serde::Serializer>(value: &u128, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format!("{value:032x}"))
-    }
-
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<u128, D::Error> {
-        let text: String = serde::Deserialize::deserialize(deserializer)?;
-        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
-    }
-}
-
-impl Stamp {
-    /// Whether `self`, read after a write that committed `commits` nf_tables transactions,
-    /// was reached from `from` by that write alone. A generation moves by one per commit; a
-    /// digest read under the lock held since `from` can only have been changed by the write.
-    fn follows(self, from: Stamp, commits: u32) -> bool {
-        match (from, self) {
-            (Stamp::Generation(from), Stamp::Generation(now)) => now == from.wrapping_add(commits),
-            (Stamp::Digest(_), Stamp::Digest(_)) => true,
-            _ => false,
-        }
-    }
-}
-
 /// How a [`reconcile_cached`] read the kernel before planning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
@@ -190,8 +152,8 @@ pub fn reconcile_cached(
 /// lock, held from then on. The daemon takes it while it compiles (the x_tables digest takes
 /// tens of milliseconds at thousands of rules) and hands it to [`reconcile_after`].
 pub struct FirstRead<'r> {
-    /// The runner holding the xtables lock (iptables-legacy).
-    locked: Option<Box<dyn crate::dataplane::Runner + 'r>>,
+    /// The host holding the xtables lock (iptables-legacy).
+    locked: Option<Box<dyn crate::dataplane::Host + 'r>>,
     /// The sign, or `None`: no sign to trust (none read, or the lock not taken).
     start: Option<Stamp>,
     /// The view refreshed, read at `start`.
@@ -202,7 +164,7 @@ impl<'r> FirstRead<'r> {
     /// Reads the sign of `dataplane`'s kernel and, with a `cached` view, what the sign does not
     /// cover.
     pub fn take(dataplane: &Dataplane<'r>, cached: Option<&Cached>) -> FirstRead<'r> {
-        use crate::dataplane::{Coverage, Sign};
+        use crate::dataplane::Coverage;
         let unsigned = FirstRead {
             locked: None,
             start: None,
@@ -211,21 +173,19 @@ impl<'r> FirstRead<'r> {
         if dataplane.backend.sign_covers() == Coverage::Nothing {
             return unsigned;
         }
-        let locked = match dataplane.backend.sign() {
-            Sign::NfGeneration => None,
-            Sign::XtablesDigest => match dataplane.runner.holding_xtables_lock() {
-                Some(locked) => Some(locked),
-                None => return unsigned,
-            },
+        let locked = match dataplane.backend.hold_writers_off(dataplane.kernel) {
+            Hold::Unneeded => None,
+            Hold::Held(host) => Some(host),
+            Hold::Unavailable => return unsigned,
         };
-        let reader = dataplane.with_runner(locked.as_deref().unwrap_or(dataplane.runner));
+        let reader = under(dataplane, locked.as_deref());
         let (start, refreshed) = match cached {
             Some(cached) => std::thread::scope(|scope| {
                 let refreshed = scope.spawn(|| reader.backend.refresh(&reader, &cached.state));
-                let start = read_sign(&reader);
+                let start = reader.sign();
                 (start, Some(crate::dataplane::runner::joined(refreshed)))
             }),
-            None => (read_sign(&reader), None),
+            None => (reader.sign(), None),
         };
         FirstRead {
             locked,
@@ -235,15 +195,14 @@ impl<'r> FirstRead<'r> {
     }
 }
 
-/// The kernel's sign as `dataplane`'s backend reads it.
-fn read_sign(dataplane: &Dataplane<'_>) -> Option<Stamp> {
-    match dataplane.backend.sign() {
-        crate::dataplane::Sign::NfGeneration => {
-            dataplane.runner.nft_generation().map(Stamp::Generation)
-        }
-        crate::dataplane::Sign::XtablesDigest => {
-            dataplane.runner.xtables_digest().map(Stamp::Digest)
-        }
+/// `dataplane`, under the xtables lock when `locked` holds it.
+fn under<'s>(
+    dataplane: &Dataplane<'s>,
+    locked: Option<&'s dyn crate::dataplane::Host>,
+) -> Dataplane<'s> {
+    match locked {
+        Some(host) => dataplane.holding(host),
+        None => dataplane.clone(),
     }
 }
 
@@ -259,7 +218,7 @@ pub fn reconcile_after(
     let Some(start) = first.start else {
         return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
     };
-    let dataplane = dataplane.with_runner(first.locked.as_deref().unwrap_or(dataplane.runner));
+    let dataplane = under(dataplane, first.locked.as_deref());
     let (before, read, valid_from) = match (cached, first.refreshed) {
         (Some(cached), Some(refreshed)) if cached.sign == start => (
             refreshed.map_err(ReconcileError::Observe)?,
@@ -269,7 +228,7 @@ pub fn reconcile_after(
         _ => {
             let before = dataplane.observe().map_err(ReconcileError::Observe)?;
             // Read in one piece only if nothing changed while it was read.
-            let after_read = read_sign(&dataplane);
+            let after_read = dataplane.sign();
             (
                 before,
                 Read::Whole,
@@ -278,7 +237,7 @@ pub fn reconcile_after(
         }
     };
     let outcome = apply_against(&dataplane, desired, before)?;
-    if let (Some(from), Some(now)) = (valid_from, read_sign(&dataplane))
+    if let (Some(from), Some(now)) = (valid_from, dataplane.sign())
         && now.follows(from, outcome.commits)
     {
         // Written and verified, or found to need nothing: either way the kernel holds what the

@@ -610,7 +610,7 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
 
 #[test]
 fn ipsets_are_read_again_even_when_the_iptables_rules_are_cached() {
-    use crate::dataplane::Runner as _;
+    use crate::dataplane::Kernel as _;
     for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);

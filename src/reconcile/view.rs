@@ -23,8 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Read, Stamp, read_sign};
-use crate::dataplane::{Coverage, Dataplane, DataplaneError, Sign};
+use super::Read;
+use crate::dataplane::{Coverage, Dataplane, DataplaneError, Sign, Stamp};
 use crate::model::IpFamily;
 use crate::state::State;
 
@@ -40,7 +40,7 @@ pub struct SavedView {
     backend: String,
     /// The families it covers.
     families: Vec<IpFamily>,
-    /// The namespace it was taken in ([`crate::dataplane::Runner::namespace_identity`]).
+    /// The namespace it was taken in ([`crate::dataplane::Kernel::namespace_identity`]).
     namespace: String,
     /// The kernel's sign then.
     sign: Stamp,
@@ -103,11 +103,11 @@ pub fn observe(dataplane: &Dataplane<'_>, saved: Option<SavedView>) -> Observati
     {
         return Observation::whole(dataplane.observe());
     }
-    let Some(namespace) = dataplane.runner.namespace_identity() else {
+    let Some(namespace) = dataplane.kernel.namespace_identity() else {
         return Observation::whole(dataplane.observe());
     };
     let saved = saved.filter(|view| view.is_of(dataplane, &namespace));
-    let Some(start) = read_sign(dataplane) else {
+    let Some(start) = dataplane.sign() else {
         return Observation::whole(dataplane.observe());
     };
     if let Some(view) = saved
@@ -121,7 +121,7 @@ pub fn observe(dataplane: &Dataplane<'_>, saved: Option<SavedView>) -> Observati
         };
     }
     let state = dataplane.observe();
-    let unmoved = read_sign(dataplane) == Some(start);
+    let unmoved = dataplane.sign() == Some(start);
     let save = match (&state, unmoved) {
         (Ok(state), true) => Some(SavedView::new(dataplane, namespace.clone(), start, state)),
         _ => None,
@@ -143,13 +143,11 @@ pub fn after_write(
     desired: &State,
 ) -> Option<SavedView> {
     let (namespace, start, families) = observed.start.clone()?;
-    let now = read_sign(dataplane)?;
-    let observer = Dataplane::new(
-        dataplane.backend,
-        dataplane.runner,
+    let now = dataplane.sign()?;
+    let observer = Dataplane {
         families,
-        &dataplane.state_dir,
-    );
+        ..dataplane.clone()
+    };
     (matches!(start, Stamp::Generation(_)) && now.follows(start, commits))
         .then(|| SavedView::new(&observer, namespace, now, desired))
 }

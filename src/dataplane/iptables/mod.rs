@@ -390,8 +390,7 @@ fn apply(
         let script = table_script(table);
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
         let lock = super::xtables::lock_path();
-        let busy =
-            iptables.legacy && !dataplane.runner.holds_xtables_lock() && xtables_lock_busy(&lock);
+        let busy = iptables.legacy && !dataplane.holds_xtables_lock && xtables_lock_busy(&lock);
         if busy {
             tracing::warn!(
                 table = %table.key,
