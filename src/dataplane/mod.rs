@@ -315,7 +315,7 @@ impl fmt::Display for BackendChoice {
 /// A backend bound to a runner: reads and writes our part of the kernel.
 #[derive(Clone)]
 pub struct Dataplane<'r> {
-    /// The backend.
+    /// The backend: how rules are spelled, written and read back.
     pub backend: &'static dyn Backend,
     /// How programs are run.
     pub runner: &'r dyn Runner,

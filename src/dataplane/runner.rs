@@ -20,9 +20,9 @@ pub struct Output {
     pub success: bool,
     /// Its exit code, if it exited.
     pub code: Option<i32>,
-    /// Its stdout.
+    /// Everything it printed on stdout (nothing when its lines were streamed).
     pub stdout: String,
-    /// Its stderr.
+    /// Everything it printed on stderr, which says why it failed.
     pub stderr: String,
 }
 
@@ -280,7 +280,7 @@ pub enum ObserveError {
         "`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend"
     )]
     Incompatible {
-        /// The table.
+        /// The table it would not show.
         table: String,
         /// The line that said so.
         line: String,
@@ -323,7 +323,7 @@ pub enum DataplaneError {
     /// A program could not be started.
     #[error("cannot run `{program}`: {source}")]
     Spawn {
-        /// The program.
+        /// The program that could not be started.
         program: String,
         /// Why.
         #[source]

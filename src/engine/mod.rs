@@ -75,7 +75,7 @@ pub enum Compiling {
     MissingDirectory,
     /// Some file is invalid: the set with its diagnostics.
     Invalid(PolicySet),
-    /// Compiled.
+    /// Every file is valid: the set and what it compiled to.
     Compiled(PolicySet, Compiled),
 }
 
@@ -102,7 +102,6 @@ pub struct Prepared {
     pub compiled: Compiled,
     /// The policy files' fingerprint.
     pub policies_fingerprint: String,
-    /// The backend.
     pub backend: &'static dyn Backend,
     /// The state the backend writes for them.
     pub desired: State,

@@ -56,7 +56,7 @@ impl StateDir {
         StateDir { path: path.into() }
     }
 
-    /// Its path.
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -29,7 +29,7 @@ use super::{Output, Runner};
 /// One command the fake ran.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
-    /// The program.
+    /// The program as named (`iptables-nft-restore`, `ipset`, `nft`).
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
