@@ -29,7 +29,7 @@ pub type Labels = BTreeMap<String, String>;
 /// Every resource of a valid policy set.
 ///
 /// Its fields are private and it has no public constructor: outside the crate a `Model` comes
-/// only from `validate::validate`, and inside it only `validate` calls [`Model::from_checked`].
+/// only from `validate::validate`, and inside it only `validate` calls `Model::from_checked`.
 #[derive(Clone, Debug)]
 pub struct Model {
     /// Tiers in evaluation order (by `order`, then by name), the built-in ones among them.

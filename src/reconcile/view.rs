@@ -16,7 +16,7 @@
 //!   lock that cannot be taken, a foreign commit, a failed write, a repair. The next reconcile
 //!   then reads the whole kernel.
 //!
-//! A view kept on disk ([`Lasting::Disk`]) needs the nf_tables generation: the x_tables digest
+//! A view kept on disk (`Lasting::Disk`) needs the nf_tables generation: the x_tables digest
 //! ([`crate::dataplane::xtables::digest`]) is keyed with secrets of the process that takes it,
 //! so it means nothing to the next command, and the command line does not hold the xtables
 //! lock between a plan and its write. iptables-legacy's saves are also the cheapest reading of

@@ -119,7 +119,7 @@ impl Backend for Iptables {
         apply(self, dataplane, plan)
     }
 
-    /// What the read-back of [`observe_written`] covers: the chains, kernel chains and sets
+    /// What the read-back of [`Backend::observe_written`] covers: the chains, kernel chains and sets
     /// the plan names, or every table and set it names when it read them whole (iptables
     /// writes one table of one family per restore, so nothing else can have changed).
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
