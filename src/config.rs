@@ -265,7 +265,7 @@ pub struct RawConfig {
 pub struct RawFailsafe {
     /// `tcp`, `udp` or `sctp`.
     pub protocol: Option<Sp<String>>,
-    /// `port` as written, with its position for diagnostics.
+    /// The port (1-65535) that stays reachable on every host address, whatever the policies say.
     pub port: Option<Sp<i64>>,
     /// Optional peer network.
     pub net: Option<Sp<String>>,
