@@ -180,6 +180,20 @@ pub fn compile_rule(
     context: &RuleContext<'_>,
     sets: &mut SetRegistry<'_>,
 ) -> Vec<Rule> {
+    // Every field is compiled below or said not to be a match; this list makes a new field
+    // fail to compile here until it is (as in the trace's `rule_matches`).
+    let model::Rule {
+        action: _,       // `action_rules`
+        protocol: _,     // `Protocols::of`
+        not_protocol: _, // `Protocols::of`
+        icmp: _,         // `finish_conditions`
+        not_icmp: _,     // `finish_conditions`
+        ip_version: _,   // `applies_to`
+        source: _,       // the loop over the sides
+        destination: _,  // the loop over the sides
+        annotations: _,  // the rule's comment
+        origin: _,       // the rule's comment and NFLOG prefix
+    } = rule;
     if !rule.applies_to(context.family) {
         return Vec::new();
     }

@@ -100,6 +100,19 @@ impl Event {
         self.drift_trigger().is_some()
     }
 
+    /// Whether "no changes needed" after the event is only worth a debug line: drift checks
+    /// also fire on the echo of our own writes and on other programs' changes to their rules.
+    fn quiet_when_unchanged(self) -> bool {
+        match self {
+            Event::Drift(_) => true,
+            Event::PoliciesChanged
+            | Event::Reload
+            | Event::Resync
+            | Event::AddressesChanged
+            | Event::Expired => false,
+        }
+    }
+
     /// What noticed the drift such a change repairs (the `trigger` label).
     fn drift_trigger(self) -> Option<drift::Trigger> {
         match self {
@@ -206,7 +219,11 @@ async fn run_loop(
                         pending_addresses.get_or_insert(now + address_settle);
                     }
                     Event::Drift(trigger) => drift_checks.noticed(now, trigger),
-                    _ => file_events.event(now),
+                    Event::PoliciesChanged => file_events.event(now),
+                    // These come from the loop's own timers and signals, never on the channel.
+                    Event::Reload | Event::Resync | Event::Expired => {
+                        tracing::debug!(?event, "ignoring an event sent on the channel");
+                    }
                 }
                 continue;
             }

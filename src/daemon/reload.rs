@@ -406,7 +406,7 @@ impl Daemon {
                 elapsed_ms = phases.started.elapsed().as_millis() as u64,
                 "applied"
             );
-        } else if matches!(event, Event::Drift(_)) {
+        } else if event.quiet_when_unchanged() {
             // The echo of our own writes, or a change that left ours as it was.
             tracing::debug!(?event, "no changes needed");
         } else {

@@ -43,24 +43,38 @@ pub fn rule_matches(
     packet: &Packet,
     family: IpFamily,
 ) -> bool {
+    // Every field that can decide a match is looked at below; this list makes a new field fail
+    // to compile here until it is (as in the compiler's `compile_rule`).
+    let model::Rule {
+        action: _,
+        protocol,
+        not_protocol,
+        icmp,
+        not_icmp,
+        ip_version: _, // in `applies_to`
+        source: _,
+        destination: _,
+        annotations: _,
+        origin: _,
+    } = rule;
     // `notProtocol` equal to `protocol` can never match; a different one says nothing more.
-    match (rule.protocol, rule.not_protocol) {
+    match (*protocol, *not_protocol) {
         (Some(p), Some(n)) if p == n => return false,
         (Some(p), _) if p.number() != packet.protocol => return false,
         (None, Some(n)) if n.number() == packet.protocol => return false,
         _ => {}
     }
-    if let Some(icmp) = rule.icmp
+    if let Some(icmp) = *icmp
         && !icmp_matches(icmp, packet)
     {
         return false;
     }
-    if let Some(icmp) = rule.not_icmp
+    if let Some(icmp) = *not_icmp
         && icmp_matches(icmp, packet)
     {
         return false;
     }
-    let protocol = rule.protocol.map(model::Protocol::number);
+    let protocol = protocol.map(model::Protocol::number);
     let ends = [
         (End::Source, &rule.source),
         (End::Destination, &rule.destination),
