@@ -33,6 +33,7 @@
 pub mod binding;
 mod dispatch;
 mod early_drop;
+pub(crate) use early_drop::guarded;
 mod endpoints;
 mod memo;
 pub mod names;
@@ -40,6 +41,7 @@ mod policy;
 pub mod rules;
 pub mod sets;
 mod staged;
+mod syn_path;
 
 use std::collections::BTreeMap;
 
