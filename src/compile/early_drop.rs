@@ -210,16 +210,13 @@ impl Compiler<'_> {
         );
         let mut chains: syn_path::Chains = copies
             .into_iter()
-            .map(|chain| (chain.name, chain.rules.to_vec()))
+            .map(|chain| (chain.name, chain.rules))
             .collect();
-        chains.insert(names::EARLY_DROP_CHAIN.to_owned(), top);
+        chains.insert(names::EARLY_DROP_CHAIN.to_owned(), top.into());
         syn_path::shorten(&mut chains, names::EARLY_DROP_CHAIN, ports.as_deref());
         let raw = builders.entry(Table::Raw).or_default();
         for (name, rules) in chains {
-            raw.add(Chain {
-                name,
-                rules: rules.into(),
-            });
+            raw.add(Chain { name, rules });
         }
 
         // Only SYNs to a port pre-DNAT policy can deny (not a failsafe one) are judged here:

@@ -42,7 +42,7 @@ fn clear(bits: u32) -> Action {
 
 fn chains(list: &[(&str, Vec<Rule>)]) -> Chains {
     list.iter()
-        .map(|(name, rules)| ((*name).to_owned(), rules.clone()))
+        .map(|(name, rules)| ((*name).to_owned(), rules.clone().into()))
         .collect()
 }
 
@@ -100,19 +100,17 @@ fn a_denied_syn_walks_only_what_can_concern_it() {
         ),
     ]);
     shorten(&mut got, "root", Some(GUARDED));
+    // No failsafe rule can match, no clear changes a bit, the return that ends the tiers'
+    // chain changes nothing: what is left of it only jumps to the policy, and the root jumps
+    // there itself.
     let want = chains(&[
         (
             "root",
             vec![
                 Rule::new(vec![], clear(0xff)),
-                Rule::new(vec![], Action::Jump("tiers".into())),
+                Rule::new(vec![], Action::Jump("policy".into())),
                 Rule::new(vec![], set(0x10)),
             ],
-        ),
-        // Nothing left sets the accept bit (0x1): the return for it goes too.
-        (
-            "tiers",
-            vec![Rule::new(vec![], Action::Jump("policy".into()))],
         ),
         (
             "policy",
@@ -136,6 +134,7 @@ fn bits_a_jump_may_set_are_not_known_after_it() {
                 Rule::new(vec![mark(0x1, 0x1)], Action::Return),
                 Rule::new(vec![mark(0x2, 0x2)], Action::Drop),
                 Rule::new(vec![], clear(0x2)),
+                Rule::new(vec![], set(0x10)),
             ],
         ),
         ("policy", vec![Rule::new(tcp(&[30008]), set(0x1))]),
@@ -147,6 +146,7 @@ fn bits_a_jump_may_set_are_not_known_after_it() {
                 Rule::new(vec![], clear(0x3)),
                 Rule::new(vec![], Action::Jump("policy".into())),
                 Rule::new(vec![mark(0x1, 0x1)], Action::Return),
+                Rule::new(vec![], set(0x10)),
             ],
         ),
         ("policy", vec![Rule::new(tcp(&[30008]), set(0x1))]),
@@ -188,8 +188,8 @@ fn a_chain_entered_two_ways_knows_only_what_both_agree_on() {
     ]);
     shorten(&mut got, "root", Some(GUARDED));
     assert_eq!(
-        got["policy"],
-        vec![Rule::new(vec![], clear(0x2))],
+        got["policy"][..],
+        [Rule::new(vec![], clear(0x2))],
         "0x1 is clear both ways in; 0x2 only one way"
     );
 }
@@ -204,15 +204,31 @@ fn a_bit_the_chain_returned_on_is_clear_after_the_return() {
             Rule::new(vec![mark(0x1, 0x1)], Action::Return),
             Rule::new(vec![], clear(0x3)),
             Rule::new(vec![mark(0x1, 0x1)], Action::Drop),
+            Rule::new(vec![], set(0x10)),
         ],
     )]);
     shorten(&mut got, "root", Some(GUARDED));
     assert_eq!(
-        got["root"],
-        vec![
+        got["root"][..],
+        [
             Rule::new(vec![], clear(0x3)),
             Rule::new(tcp(&[30008]), set(0x1)),
             Rule::new(vec![mark(0x1, 0x1)], Action::Return),
+            Rule::new(vec![], set(0x10)),
         ]
     );
+}
+
+#[test]
+fn returns_that_end_a_chain_go() {
+    let mut got = chains(&[(
+        "root",
+        vec![
+            Rule::new(tcp(&[30008]), Action::Drop),
+            Rule::new(vec![mark(0x1, 0x1)], Action::Return),
+            Rule::new(vec![], Action::Return),
+        ],
+    )]);
+    shorten(&mut got, "root", Some(GUARDED));
+    assert_eq!(got["root"][..], [Rule::new(tcp(&[30008]), Action::Drop)]);
 }
