@@ -339,3 +339,35 @@ fn raw_copies(mangle: &TableBuilder) -> Option<Vec<Chain>> {
     }
     Some(copies)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: u16, last: u16) -> PortRange {
+        PortRange { first, last }
+    }
+
+    #[test]
+    fn guarded_ports_are_joined_and_the_failsafe_ports_cut_out() {
+        let ports = merged(vec![(30008, 30008), (30000, 30007), (22, 22), (8000, 8100)]);
+        assert_eq!(ports, vec![(22, 22), (8000, 8100), (30000, 30008)]);
+        assert_eq!(
+            without(ports, &[22, 8080, 8000, 65535]),
+            vec![range(8001, 8079), range(8081, 8100), range(30000, 30008)]
+        );
+        assert_eq!(
+            without(vec![(0, 65535)], &[0, 65535]),
+            vec![range(1, 65534)]
+        );
+    }
+
+    #[test]
+    fn only_the_guarded_ports_are_judged_early() {
+        let guarded = Guarded::Ports(vec![range(30000, 30008)]);
+        assert!(guarded.contains(Some(30000)) && guarded.contains(Some(30008)));
+        assert!(!guarded.contains(Some(22)) && !guarded.contains(None));
+        assert!(Guarded::Every.contains(None));
+        assert!(!Guarded::Nothing.contains(Some(30008)));
+    }
+}
