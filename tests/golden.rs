@@ -102,19 +102,25 @@ fn mission_example_keeps_felix_shape() {
             })
             .collect()
     };
-    // The early drop judges TCP SYNs in raw with the very same policy chain.
+    // The early drop judges TCP SYNs in raw with the same policy chain, less what cannot
+    // concern a SYN to a guarded port: here the clear of mark bits nothing has set yet.
     let without_hash = |line: &str| -> String {
         line.split(' ')
             .filter(|word| !word.starts_with("\"npg:"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let raw_rules = policy_rules("raw");
+    let raw_rules: Vec<String> = policy_rules("raw").into_iter().map(without_hash).collect();
     let policy_rules = policy_rules("mangle");
-    assert_eq!(raw_rules.len(), policy_rules.len());
-    for (raw, mangle) in raw_rules.iter().zip(&policy_rules) {
-        assert_eq!(without_hash(raw), without_hash(mangle));
+    let mangle_rules: Vec<String> = policy_rules.iter().map(|l| without_hash(l)).collect();
+    let mut rest = mangle_rules.iter();
+    for raw in &raw_rules {
+        assert!(
+            rest.any(|m| m == raw),
+            "{raw}: not in mangle's chain, in order"
+        );
     }
+    assert_eq!(mangle_rules.len() - raw_rules.len(), 1);
     let shapes: Vec<&str> = policy_rules
         .iter()
         .map(|line| line.rsplit_once(" -j ").map_or("", |(_, action)| action))

@@ -32,9 +32,11 @@ use super::dispatch::self_traffic_rules;
 use super::names;
 use super::rules::{clear_bits, mark_clear, mark_set, set_bit};
 use super::sets::SetRegistry;
+use super::syn_path;
 use super::{Compiler, TableBuilder};
-use crate::model::Protocol;
-use crate::ruleset::{Action, Chain, Hook, Match, Rule, Side, Table};
+use crate::config::Config;
+use crate::model::{self, Direction, Port, Protocol};
+use crate::ruleset::{Action, Chain, Hook, MULTIPORT_SLOTS, Match, PortRange, Rule, Side, Table};
 
 /// The top chain of the hooked kernel chain both tables use.
 const TOP: &str = "npg-PREROUTING";
@@ -49,6 +51,122 @@ pub(crate) fn syn_matches() -> Vec<Match> {
         },
         Match::TcpSyn,
     ]
+}
+
+/// Which TCP SYNs the early drop judges: those to a destination port that an enforced Deny rule
+/// of pre-DNAT policy can match, less the failsafe ports (open to everyone, never denied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Guarded {
+    /// No Deny rule of pre-DNAT policy can match a TCP SYN: nothing to judge early.
+    Nothing,
+    /// These ports (one `multiport` match).
+    Ports(Vec<PortRange>),
+    /// Every port: a Deny rule names no ports, excludes some, or names them by name, or the
+    /// ports take more than one `multiport` match.
+    Every,
+}
+
+impl Guarded {
+    /// Whether a TCP SYN to `port` is judged early.
+    pub(crate) fn contains(&self, port: Option<u16>) -> bool {
+        match self {
+            Guarded::Nothing => false,
+            Guarded::Every => true,
+            Guarded::Ports(ports) => port.is_some_and(|port| {
+                ports
+                    .iter()
+                    .any(|range| range.first <= port && port <= range.last)
+            }),
+        }
+    }
+}
+
+/// The SYNs the early drop judges, from the pre-DNAT policies the bindings enforce; the
+/// compiler and the trace ask the same question.
+pub(crate) fn guarded(config: &Config, bindings: &[Binding<'_>]) -> Guarded {
+    let tcp = Protocol::Tcp.number();
+    let mut ports = Vec::new();
+    let rules = bindings
+        .iter()
+        .flat_map(|binding| Path::PreDnatIn.policies(binding))
+        .flat_map(|policy| policy.rules(Direction::Ingress).unwrap_or_default());
+    for rule in rules {
+        let other_protocol = rule.protocol.is_some_and(|p| p.number() != tcp)
+            || rule.not_protocol.is_some_and(|p| p.number() == tcp);
+        if rule.action != model::Action::Deny || other_protocol {
+            continue;
+        }
+        let destination = &rule.destination;
+        if destination.ports.is_empty() || !destination.not_ports.is_empty() {
+            return Guarded::Every;
+        }
+        for port in &destination.ports {
+            match port {
+                Port::Single(port) => ports.push((*port, *port)),
+                Port::Range(first, last) => ports.push((*first, *last)),
+                Port::Named(_) => return Guarded::Every,
+            }
+        }
+    }
+    let open: Vec<u16> = config
+        .failsafe_inbound
+        .iter()
+        .filter(|failsafe| failsafe.protocol.number() == tcp && failsafe.net.is_none())
+        .map(|failsafe| failsafe.port)
+        .collect();
+    let ports = without(merged(ports), &open);
+    if ports.is_empty() {
+        return Guarded::Nothing;
+    }
+    if ports.iter().map(PortRange::slots).sum::<usize>() > MULTIPORT_SLOTS {
+        return Guarded::Every;
+    }
+    Guarded::Ports(ports)
+}
+
+/// Port ranges sorted, overlapping and adjacent ones joined.
+fn merged(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for (first, last) in ranges {
+        match out.last_mut() {
+            Some(previous) if u32::from(first) <= u32::from(previous.1) + 1 => {
+                previous.1 = previous.1.max(last);
+            }
+            _ => out.push((first, last)),
+        }
+    }
+    out
+}
+
+/// `ranges` without the ports in `open`.
+fn without(ranges: Vec<(u16, u16)>, open: &[u16]) -> Vec<PortRange> {
+    let mut out = Vec::new();
+    for (first, last) in ranges {
+        let mut start = u32::from(first);
+        let mut holes: Vec<u16> = open
+            .iter()
+            .copied()
+            .filter(|port| (first..=last).contains(port))
+            .collect();
+        holes.sort_unstable();
+        holes.dedup();
+        for hole in holes {
+            if u32::from(hole) > start {
+                out.push((start, u32::from(hole) - 1));
+            }
+            start = u32::from(hole) + 1;
+        }
+        if start <= u32::from(last) {
+            out.push((start, u32::from(last)));
+        }
+    }
+    out.into_iter()
+        .map(|(first, last)| PortRange {
+            first: u16::try_from(first).expect("within a u16 range"),
+            last: u16::try_from(last).expect("within a u16 range"),
+        })
+        .collect()
 }
 
 impl Compiler<'_> {
@@ -71,14 +189,15 @@ impl Compiler<'_> {
         let Some(copies) = raw_copies(mangle) else {
             return;
         };
+        let ports = match guarded(self.config, bindings) {
+            Guarded::Nothing => return,
+            Guarded::Ports(ports) => Some(ports),
+            Guarded::Every => None,
+        };
         let marks = self.marks;
         let judged = marks.scratch1;
         mark_judged_syns(mangle, judged);
 
-        let raw = builders.entry(Table::Raw).or_default();
-        for chain in copies {
-            raw.add(chain);
-        }
         let mut top = vec![Rule::new(Vec::new(), clear_bits(marks.all()))];
         top.extend(self_traffic_rules(Side::Source, sets, own_addresses));
         top.push(Rule::new(
@@ -89,13 +208,28 @@ impl Compiler<'_> {
             Rule::new(Vec::new(), set_bit(judged))
                 .comment("judged by pre-DNAT policy before connection tracking: not dropped"),
         );
-        raw.add(Chain {
-            name: names::EARLY_DROP_CHAIN.to_owned(),
-            rules: top.into(),
-        });
+        let mut chains: syn_path::Chains = copies
+            .into_iter()
+            .map(|chain| (chain.name, chain.rules))
+            .collect();
+        chains.insert(names::EARLY_DROP_CHAIN.to_owned(), top.into());
+        syn_path::shorten(&mut chains, names::EARLY_DROP_CHAIN, ports.as_deref());
+        let raw = builders.entry(Table::Raw).or_default();
+        for (name, rules) in chains {
+            raw.add(Chain { name, rules });
+        }
 
-        // What doNotTrack policy accepted, mangle would not judge again: neither does this.
+        // Only SYNs to a port pre-DNAT policy can deny (not a failsafe one) are judged here:
+        // every other packet leaves raw after this one rule. What doNotTrack policy accepted,
+        // mangle would not judge again: neither does this.
         let mut matches = syn_matches();
+        if let Some(ports) = ports {
+            matches.push(Match::Ports {
+                side: Side::Destination,
+                ports,
+                negated: false,
+            });
+        }
         if enforces(Path::UntrackedIn) {
             matches.push(mark_clear(marks.accept));
         }
@@ -204,4 +338,36 @@ fn raw_copies(mangle: &TableBuilder) -> Option<Vec<Chain>> {
         });
     }
     Some(copies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: u16, last: u16) -> PortRange {
+        PortRange { first, last }
+    }
+
+    #[test]
+    fn guarded_ports_are_joined_and_the_failsafe_ports_cut_out() {
+        let ports = merged(vec![(30008, 30008), (30000, 30007), (22, 22), (8000, 8100)]);
+        assert_eq!(ports, vec![(22, 22), (8000, 8100), (30000, 30008)]);
+        assert_eq!(
+            without(ports, &[22, 8080, 8000, 65535]),
+            vec![range(8001, 8079), range(8081, 8100), range(30000, 30008)]
+        );
+        assert_eq!(
+            without(vec![(0, 65535)], &[0, 65535]),
+            vec![range(1, 65534)]
+        );
+    }
+
+    #[test]
+    fn only_the_guarded_ports_are_judged_early() {
+        let guarded = Guarded::Ports(vec![range(30000, 30008)]);
+        assert!(guarded.contains(Some(30000)) && guarded.contains(Some(30008)));
+        assert!(!guarded.contains(Some(22)) && !guarded.contains(None));
+        assert!(Guarded::Every.contains(None));
+        assert!(!Guarded::Nothing.contains(Some(30008)));
+    }
 }

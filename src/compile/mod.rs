@@ -33,6 +33,7 @@
 pub mod binding;
 mod dispatch;
 mod early_drop;
+pub(crate) use early_drop::guarded;
 mod endpoints;
 mod memo;
 pub mod names;
@@ -40,6 +41,7 @@ mod policy;
 pub mod rules;
 pub mod sets;
 mod staged;
+mod syn_path;
 
 use std::collections::BTreeMap;
 
@@ -234,6 +236,10 @@ impl Compiler<'_> {
         self.hook_chains(&mut builders, sets, &own_addresses, bindings);
         // TCP SYNs that pre-DNAT policy denies, dropped in raw before conntrack.
         self.early_drop(&mut builders, sets, &own_addresses, bindings);
+        // Mangle's pre-DNAT path without the clears and mark checks that cannot change anything.
+        if let Some(mangle) = builders.get_mut(&Table::Mangle) {
+            syn_path::tidy_table(mangle);
+        }
 
         Table::ALL
             .into_iter()

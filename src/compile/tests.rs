@@ -183,7 +183,7 @@ fn pre_dnat_policy_without_early_drop_hooks_mangle_prerouting_only() {
             "-A npg-PREROUTING -j MARK --set-xmark 0x0/0x1f0000",
             "-A npg-PREROUTING -m comment --comment \"host to itself\" -i lo -j RETURN",
             "-A npg-PREROUTING -m comment --comment \"host to itself (src is a host address)\" -m set --match-set npg4-this-host src -j RETURN",
-            "-A npg-PREROUTING -j npg-from-host-endpoint",
+            "-A npg-PREROUTING -j npg-fh-all-interfaces.any",
         ]
     );
     let endpoint = chain_text(
@@ -454,9 +454,9 @@ fn thousands_of_policies_keep_every_chain_short() {
     assert_eq!(batches, 25);
 }
 
-/// `earlyDrop`: raw PREROUTING sends TCP SYNs (and nothing else) through copies of the
-/// pre-DNAT path's chains, which end in the very same policy chains; mangle returns the SYNs
-/// raw judged.
+/// `earlyDrop`: raw PREROUTING sends TCP SYNs to the ports pre-DNAT policy denies (and
+/// nothing else) through copies of the pre-DNAT path's chains, which end in the same policy
+/// chains, shortened for such SYNs; mangle returns the SYNs raw judged.
 #[test]
 fn early_drop_judges_syns_in_raw_with_the_same_policy_chains() {
     let compiled = compile_policies(vec![mission()], &Config::default());
@@ -476,36 +476,30 @@ fn early_drop_judges_syns_in_raw_with_the_same_policy_chains() {
     assert_eq!(
         chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING"),
         vec![
-            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -g npg-syn-PREROUTING",
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m multiport --dports 30008 -g npg-syn-PREROUTING",
         ]
     );
+    // The failsafe ports are not among the SYNs raw judges, the tier's mark bits are known
+    // clear and the endpoint chain's last return changes nothing: raw's top chain jumps to the
+    // policy chain itself.
+    let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
     assert_eq!(
         chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-syn-PREROUTING"),
         vec![
             "-A npg-syn-PREROUTING -j MARK --set-xmark 0x0/0x1f0000",
             "-A npg-syn-PREROUTING -m comment --comment \"host to itself\" -i lo -j RETURN",
             "-A npg-syn-PREROUTING -m comment --comment \"host to itself (src is a host address)\" -m set --match-set npg4-this-host src -j RETURN",
-            "-A npg-syn-PREROUTING -j npg-syn-from-host-endpoint",
+            &format!("-A npg-syn-PREROUTING -j {chain}"),
             "-A npg-syn-PREROUTING -m comment --comment \"judged by pre-DNAT policy before connection tracking: not dropped\" -j MARK --set-xmark 0x100000/0x100000",
         ]
     );
+    assert_eq!(raw.chains.len(), 3, "{:#?}", raw.chains);
+    // The policy chain is mangle's but for the clear of bits nothing has set yet.
     let mangle = v4.table(Table::Mangle).expect("mangle");
-    let chain = names::policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
-    assert_eq!(
-        raw.chain(&chain),
-        mangle.chain(&chain),
-        "the same policy chain"
-    );
-    let endpoint = chain_text(
-        &compiled,
-        IpFamily::V4,
-        Table::Raw,
-        &names::early_drop_chain("npg-fh-all-interfaces.any"),
-    );
-    assert!(
-        endpoint[0].ends_with("-j npg-syn-failsafe-in"),
-        "{endpoint:#?}"
-    );
+    let rules = |table: &crate::ruleset::TableRuleset| {
+        table.chain(&chain).expect("policy chain").rules.to_vec()
+    };
+    assert_eq!(rules(raw)[..], rules(mangle)[1..], "the same policy chain");
     // Nothing in raw looks at conntrack, which has not run yet.
     assert!(
         raw.chains
@@ -539,7 +533,7 @@ fn early_drop_follows_do_not_track_policy() {
     assert_eq!(
         top.last().map(String::as_str),
         Some(
-            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m mark --mark 0x0/0x10000 -g npg-syn-PREROUTING"
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m multiport --dports 30008 -m mark --mark 0x0/0x10000 -g npg-syn-PREROUTING"
         )
     );
     assert!(
@@ -551,7 +545,7 @@ fn early_drop_follows_do_not_track_policy() {
         .family(IpFamily::V4)
         .and_then(|f| f.table(Table::Raw))
         .expect("raw");
-    assert!(raw.chain("npg-syn-from-host-endpoint").is_some());
+    assert!(raw.chain(names::EARLY_DROP_CHAIN).is_some());
     assert!(raw.chain("npg-from-host-endpoint").is_some());
 }
 

@@ -92,6 +92,17 @@ fn a_source_outside_the_whitelist_is_dropped_by_the_deny_rule_and_logged() {
     let traced = run(&udp_whitelist, &udp);
     assert_eq!(traced.verdict.at.as_deref(), Some("mangle PREROUTING"));
     assert_eq!(traced.logs, logged);
+    // Raw sends on only the SYNs to a port a Deny rule names: others are mangle's, as is
+    // a SYN to a failsafe port.
+    for port in [30009, 22] {
+        let traced = run(WHITELIST, &tcp("192.0.2.50", port));
+        assert_ne!(traced.verdict.outcome, Outcome::Dropped);
+        assert!(
+            traced.stages.iter().all(|stage| stage.table != "raw"),
+            "{:?}",
+            traced.stages
+        );
+    }
 }
 
 /// A SYN the early drop lets on is judged once: raw marks it, mangle returns it, and what
