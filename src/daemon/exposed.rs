@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::metrics::Shared;
 use crate::config::Config;
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::exposure;
 use crate::facts::HostFacts;
 use crate::model::Model;
@@ -58,7 +58,7 @@ static SLOT: Mutex<Slot> = Mutex::new(Slot {
 /// sets the gauge in `metrics`.
 pub(super) fn refresh(
     metrics: &Shared,
-    runner: &Arc<dyn Runner>,
+    runner: &Arc<dyn Host>,
     fingerprint: &str,
     model: &Model,
     config: &Config,
@@ -86,7 +86,7 @@ pub(super) fn refresh(
     }
 }
 
-fn audit_until_done(metrics: &Shared, runner: &dyn Runner) {
+fn audit_until_done(metrics: &Shared, runner: &dyn Host) {
     crate::system::runtime::lower_this_threads_priority(NICE);
     loop {
         let next = settled();
