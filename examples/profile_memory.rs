@@ -34,6 +34,7 @@ fn main() {
     let backend = nodeport_guard::dataplane::by_name("nftables").expect("backend");
 
     let start = in_use();
+    let start_live = common::heap::live();
     let mut parse_cache = nodeport_guard::policy_set::Cache::default();
     let set = nodeport_guard::policy_set::load_cached(&paths, options, &mut parse_cache);
     assert!(set.is_valid());
@@ -50,6 +51,7 @@ fn main() {
     let with_desired = in_use();
     drop(compiled);
     let kept = in_use();
+    let kept_live = common::heap::live() - start_live;
     println!("{policies} policies, heap in use (what a daemon keeps):");
     println!(
         "  validated-file cache and model: {}",
@@ -86,10 +88,28 @@ fn main() {
         mib(text),
         mib(capacity),
     );
-    drop(desired);
+    let mut freed = in_use();
+    let mut then = |what: &str| {
+        let now = in_use();
+        println!("  of it, {what}: {}", mib(freed - now));
+        freed = now;
+    };
     drop(render_memo);
+    then("held by the render memo alone");
     drop(memo);
+    then("held by the compile memo (and the render memo)");
+    drop(desired);
+    then("the desired state");
     drop(parse_cache);
+    drop(model);
+    then("the validated files and the model");
+    println!("  allocations kept: {kept_live}");
+    println!(
+        "  sizes: Rule {} B, Match {} B, RuleLine {} B",
+        std::mem::size_of::<nodeport_guard::ruleset::Rule>(),
+        std::mem::size_of::<nodeport_guard::ruleset::Match>(),
+        std::mem::size_of::<nodeport_guard::state::RuleLine>(),
+    );
 }
 
 /// The bytes a clone of the model takes (what the daemon's last good model holds).

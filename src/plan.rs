@@ -536,7 +536,7 @@ fn policy_named_in(text: &str) -> Option<(&str, bool)> {
 
 /// Rules added and removed in a chain change, by hash.
 fn rule_counts(chain: &ChainChange) -> (usize, usize) {
-    let hashes = |rules: &[RuleLine]| -> Vec<Option<String>> {
+    let hashes = |rules: &[RuleLine]| -> Vec<Option<crate::state::RuleHash>> {
         rules.iter().map(|rule| rule.hash.clone()).collect()
     };
     let before = hashes(&chain.before);
@@ -814,7 +814,7 @@ mod tests {
 
     fn line(hash: &str, text: &str) -> RuleLine {
         RuleLine {
-            hash: (!hash.is_empty()).then(|| hash.to_owned()),
+            hash: (!hash.is_empty()).then(|| hash.into()),
             text: text.to_owned(),
             counters: None,
         }

@@ -15,8 +15,11 @@ pub struct Counting;
 pub static IN_USE: AtomicUsize = AtomicUsize::new(0);
 /// The most bytes in use at once since it was last reset.
 pub static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocations not yet freed.
+pub static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 fn grew(bytes: usize) {
+    LIVE.fetch_add(1, Ordering::Relaxed);
     let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -46,6 +49,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as is.
         unsafe { System.dealloc(pointer, layout) };
         IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+        LIVE.fetch_sub(1, Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -54,6 +58,7 @@ unsafe impl GlobalAlloc for Counting {
         if !moved.is_null() {
             grew(new_size);
             IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+            LIVE.fetch_sub(1, Ordering::Relaxed);
         }
         moved
     }
@@ -71,4 +76,9 @@ pub fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, usize) {
 /// Bytes in use now.
 pub fn in_use() -> usize {
     IN_USE.load(Ordering::Relaxed)
+}
+
+/// Allocations not yet freed (each costs malloc a header and rounding beyond its bytes).
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
 }

@@ -237,7 +237,7 @@ fn a_new_rule(desired: &State, old: &State) -> String {
         .values()
         .flat_map(|table| table.chains.values())
         .flat_map(|rules| rules.iter())
-        .filter_map(|rule| rule.hash.clone())
+        .filter_map(|rule| rule.hash.as_deref().map(str::to_owned))
         .find(|hash| !old_hashes.contains(hash.as_str()))
         .expect("a new rule")
 }
@@ -531,7 +531,7 @@ fn first_rule_hash(desired: &State) -> String {
         .tables
         .values()
         .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
-        .find_map(|rule| rule.hash.clone())
+        .find_map(|rule| rule.hash.as_deref().map(str::to_owned))
         .expect("a rule")
 }
 

@@ -14,14 +14,14 @@ use crate::ruleset::{CHAIN_PREFIX, SET_PREFIX, Table};
 use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
 
 /// The hash in a rule's `npg:` comment, if it has one.
-pub fn rule_hash(rule: &str) -> Option<String> {
+pub fn rule_hash(rule: &str) -> Option<crate::state::RuleHash> {
     let start = rule.find("--comment ")? + "--comment ".len();
     let rest = rule[start..].trim_start_matches('"');
     let hash = rest.strip_prefix(crate::state::HASH_PREFIX)?;
     let end = hash
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
         .unwrap_or(hash.len());
-    (end > 0).then(|| hash[..end].to_owned())
+    (end > 0).then(|| crate::state::RuleHash::from(&hash[..end]))
 }
 
 /// Whether a rule in a chain we do not own is ours: it carries our hash or jumps to our chain.

@@ -62,13 +62,12 @@ fn split_chain(name: &str) -> (Table, String) {
     (Table::Filter, name.to_owned())
 }
 
-fn hash_of_comment(comment: Option<&str>) -> Option<String> {
+fn hash_of_comment(comment: Option<&str>) -> Option<crate::state::RuleHash> {
     let text = comment?.strip_prefix(crate::state::HASH_PREFIX)?;
-    let hash: String = text
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-        .collect();
-    (!hash.is_empty()).then_some(hash)
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(text.len());
+    (end > 0).then(|| crate::state::RuleHash::from(&text[..end]))
 }
 
 /// One rule of a listing.
@@ -287,7 +286,7 @@ fn add_hook_rule(state: &mut State, family: IpFamily, base: BaseChain<'_>, rule:
     let target = rule.target.unwrap_or_default();
     let identity = hook_identity(hook, priority, policy, target);
     let hash = hash_of_comment(rule.comment)
-        .map(|_| crate::state::rule_hash(table, &kernel_chain, &identity));
+        .map(|_| crate::state::rule_hash(table, &kernel_chain, &identity).into());
     let text = match (rule.comment, &hash) {
         (Some(comment), Some(_)) => {
             hook_commands(family, chain, hook, priority, policy, target, comment)
