@@ -105,7 +105,7 @@ impl DiskCache {
             })
             .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
             .collect();
-        kept.sort_by(|a, b| b.0.cmp(&a.0));
+        kept.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
         for (_, path) in kept.iter().skip(KEEP) {
             std::fs::remove_file(path).ok();
         }

@@ -263,11 +263,15 @@ fn through(
     let key = read_whole.then(|| files_key(&loaded.sources));
     if let Some(key) = &key
         && let Some(kept) = store.get(key)
-        && fits(&kept, &loaded.sources)
     {
-        // As a full read orders them: validation's first, then the reader's and the parser's.
-        loaded.diagnostics.extend(kept.parse);
-        return assembled(loaded, kept.validated, kept.validation, now);
+        if !fits(&kept, &loaded.sources) {
+            tracing::debug!("ignoring a cached validation that does not fit the files read");
+        } else {
+            tracing::debug!("the policy files were validated before: not parsed again");
+            // As a full read orders them: validation's first, then the reader's and the parser's.
+            loaded.diagnostics.extend(kept.parse);
+            return assembled(loaded, kept.validated, kept.validation, now);
+        }
     }
     let mut parsed = Vec::new();
     for &file in parse {
@@ -295,14 +299,27 @@ fn through(
     assembled(loaded, validated, validation, now)
 }
 
-/// Whether what a store gave back can belong to `sources`: every diagnostic points into them
-/// and holds no error (only valid sets are kept). The key and the store's own checksum vouch
-/// for the rest.
+/// Whether what a store gave back can belong to `sources`: every diagnostic and every
+/// resource's origin points into them, and no diagnostic is an error (only valid sets are
+/// kept). The key and the store's own checksum vouch for the rest.
 fn fits(kept: &ValidatedFiles, sources: &Sources) -> bool {
+    let inside = |file: FileId| file.0 < sources.len();
+    let model = &kept.validated;
+    let policies = model.policies().iter().chain(model.staged_policies());
     kept.validation.iter().chain(&kept.parse).all(|diagnostic| {
-        diagnostic.severity == diagnostic::Severity::Warning
-            && diagnostic.file.is_none_or(|file| file.0 < sources.len())
-    })
+        diagnostic.severity == diagnostic::Severity::Warning && diagnostic.file.is_none_or(inside)
+    }) && policies.clone().all(|policy| inside(policy.origin.file))
+        && policies
+            .flat_map(|policy| policy.ingress.iter().chain(&policy.egress).flatten())
+            .all(|rule| inside(rule.origin.file))
+        && model
+            .network_sets()
+            .iter()
+            .all(|set| inside(set.origin.file))
+        && model
+            .host_endpoints()
+            .iter()
+            .all(|endpoint| endpoint.origin.is_none_or(|origin| inside(origin.file)))
 }
 
 /// Validates what was read into a policy set, at the instant `now`.

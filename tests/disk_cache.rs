@@ -51,8 +51,8 @@ struct Site {
 impl Site {
     fn new() -> Site {
         let site = Site {
-            policies: tempfile::tempdir().unwrap(),
-            state: tempfile::tempdir().unwrap(),
+            policies: tempfile::tempdir().expect("test setup"),
+            state: tempfile::tempdir().expect("test setup"),
         };
         site.write("a.yaml", &policy("alpha", 30001));
         let set = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: office\n  labels:\n    role: office\nspec:\n  nets: [198.51.100.0/24, 2001:db8:1::/48]\n";
@@ -68,7 +68,7 @@ impl Site {
     }
 
     fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.policies.path().join(name), text).unwrap();
+        std::fs::write(self.policies.path().join(name), text).expect("test setup");
     }
 
     fn paths(&self) -> [PathBuf; 1] {
@@ -92,7 +92,8 @@ impl Site {
         let Ok(dir) = std::fs::read_dir(self.state.path().join("cache")) else {
             return Vec::new();
         };
-        let mut entries: Vec<PathBuf> = dir.map(|entry| entry.unwrap().path()).collect();
+        let mut entries: Vec<PathBuf> =
+            dir.map(|entry| entry.expect("test setup").path()).collect();
         entries.sort();
         entries
     }
@@ -110,9 +111,15 @@ fn a_set_read_once_is_kept_owner_only_and_used_the_next_time() {
     let disk = DiskCache::new(site.state.path());
     assert_eq!(site.read(&disk), 0, "nothing is kept yet");
     let entry = only_entry(&site);
-    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let mode = |path: &Path| {
+        std::fs::metadata(path)
+            .expect("test setup")
+            .permissions()
+            .mode()
+            & 0o777
+    };
     assert_eq!(mode(&entry), 0o600);
-    assert_eq!(mode(entry.parent().unwrap()), 0o700);
+    assert_eq!(mode(entry.parent().expect("test setup")), 0o700);
     assert_eq!(site.read(&disk), 1);
     // The files an apply records are the same set.
     let full = policy_set::load_with(&site.paths(), LoadOptions::default());
@@ -141,7 +148,7 @@ fn a_changed_file_is_a_miss_and_the_old_set_stays_for_its_files() {
         site.policies.path().join("a.yaml"),
         site.policies.path().join("c.yaml"),
     )
-    .unwrap();
+    .expect("test setup");
     assert_eq!(site.read(&disk), 0);
 }
 
@@ -151,7 +158,7 @@ fn a_damaged_entry_is_a_miss_and_is_written_again() {
     let disk = DiskCache::new(site.state.path());
     site.read(&disk);
     let entry = only_entry(&site);
-    let good = std::fs::read(&entry).unwrap();
+    let good = std::fs::read(&entry).expect("test setup");
     let mut flipped = good.clone();
     let last = flipped.len() - 2;
     flipped[last] ^= 0x01;
@@ -168,9 +175,13 @@ fn a_damaged_entry_is_a_miss_and_is_written_again() {
         .concat(),
     ];
     for bytes in damaged {
-        std::fs::write(&entry, &bytes).unwrap();
+        std::fs::write(&entry, &bytes).expect("test setup");
         assert_eq!(site.read(&disk), 0, "{:?}", String::from_utf8_lossy(&bytes));
-        assert_eq!(std::fs::read(&entry).unwrap(), good, "written again whole");
+        assert_eq!(
+            std::fs::read(&entry).expect("test setup"),
+            good,
+            "written again whole"
+        );
     }
     assert_eq!(
         good[..44].to_vec(),
@@ -199,7 +210,7 @@ fn an_entry_of_other_files_is_never_read_for_these() {
     // What another version (or other files) kept lies under another key: never consulted.
     let foreign =
         entry.with_file_name("validated-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA.json");
-    std::fs::rename(&entry, &foreign).unwrap();
+    std::fs::rename(&entry, &foreign).expect("test setup");
     assert_eq!(site.read(&disk), 0);
 }
 
@@ -212,9 +223,9 @@ fn an_invalid_set_is_not_kept_and_an_unwritable_cache_changes_nothing() {
     assert_eq!(site.read(&disk), 0);
     assert!(site.entries().is_empty());
     // A state directory that is a file: nothing can be kept, every read is a full one.
-    std::fs::remove_file(site.policies.path().join("c.yaml")).unwrap();
+    std::fs::remove_file(site.policies.path().join("c.yaml")).expect("test setup");
     let file = site.state.path().join("not-a-dir");
-    std::fs::write(&file, "").unwrap();
+    std::fs::write(&file, "").expect("test setup");
     let blocked = DiskCache::new(&file);
     assert_eq!(site.read(&blocked), 0);
     assert_eq!(site.read(&blocked), 0);
@@ -229,4 +240,25 @@ fn only_the_sets_used_last_are_kept() {
         site.read(&disk);
     }
     assert_eq!(site.entries().len(), KEEP);
+}
+
+#[test]
+fn a_sound_entry_of_more_files_under_these_files_key_is_a_miss() {
+    let site = Site::new();
+    let disk = DiskCache::new(site.state.path());
+    site.read(&disk);
+    let two_files = std::fs::read(only_entry(&site)).expect("test setup");
+    std::fs::remove_file(site.policies.path().join("b.yaml")).expect("test setup");
+    site.read(&disk);
+    let one_file = site
+        .entries()
+        .into_iter()
+        .find(|entry| std::fs::read(entry).expect("test setup") != two_files)
+        .expect("test setup");
+    // What only a collision or a hand could do: its resources point into a file not read.
+    std::fs::write(&one_file, &two_files).expect("test setup");
+    // Given back, not used (the read equals a full one), and replaced by this set's.
+    site.read(&disk);
+    assert_ne!(std::fs::read(&one_file).expect("test setup"), two_files);
+    assert_eq!(site.read(&disk), 1);
 }
