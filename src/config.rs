@@ -71,7 +71,7 @@ pub const MAX_LOG_PREFIX: usize = 29;
 pub struct Failsafe {
     /// `tcp`, `udp` or `sctp`.
     pub protocol: Protocol,
-    /// The port.
+    /// The port, on every host address, that stays reachable whatever the policies say.
     pub port: u16,
     /// Limit to this peer network (source for inbound, destination for outbound).
     pub net: Option<IpNet>,
@@ -265,7 +265,7 @@ pub struct RawConfig {
 pub struct RawFailsafe {
     /// `tcp`, `udp` or `sctp`.
     pub protocol: Option<Sp<String>>,
-    /// The port.
+    /// The port (1-65535) that stays reachable on every host address, whatever the policies say.
     pub port: Option<Sp<i64>>,
     /// Optional peer network.
     pub net: Option<Sp<String>>,

@@ -25,7 +25,6 @@ pub struct Tuple {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Flow {
-    /// Its family.
     pub family: IpFamily,
     /// The protocol number.
     pub protocol: u8,

@@ -13,11 +13,11 @@ use crate::state::{self, State};
 /// One applied rule that carries a policy rule's verdict.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OriginEntry {
-    /// Family.
+    /// The family of the table the rule is in.
     pub family: IpFamily,
-    /// Table.
+    /// The table the rule is in.
     pub table: Table,
-    /// Chain.
+    /// The chain of ours the rule is in.
     pub chain: String,
     /// The rule's hash.
     pub hash: String,
@@ -69,9 +69,9 @@ pub fn applied_instant(applied_at: u64) -> jiff::Timestamp {
 /// One policy file as it was applied.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PolicyFile {
-    /// Its path.
+    /// Where it was read from.
     pub path: std::path::PathBuf,
-    /// Its text.
+    /// Its contents when they were applied, so `status` can point into them after an edit.
     pub text: String,
 }
 
@@ -161,7 +161,7 @@ pub struct RuleCounter {
     pub policy: String,
     /// The policy's tier.
     pub tier: String,
-    /// Direction.
+    /// Whether it counts an ingress or an egress rule of the policy.
     pub direction: Direction,
     /// Rule index.
     pub rule: usize,

@@ -13,7 +13,7 @@ use crate::model::IpFamily;
 pub struct Interface {
     /// Interface name, as the kernel reports it.
     pub name: String,
-    /// Its addresses.
+    /// Its addresses of both families, as `ip address` lists them.
     pub addresses: Vec<IpAddr>,
 }
 

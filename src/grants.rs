@@ -29,7 +29,6 @@ pub const GRANT_PREFIX: &str = "grant-";
 pub struct Expiring {
     /// `GlobalNetworkPolicy`, `StagedGlobalNetworkPolicy` or `GlobalNetworkSet`.
     pub kind: &'static str,
-    /// Its name.
     pub name: String,
     /// The file that holds it.
     pub file: PathBuf,

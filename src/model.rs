@@ -17,7 +17,7 @@ use crate::source::{FileId, Span};
 /// Where a resource or rule was written, for warnings that point back at the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Origin {
-    /// The file.
+    /// The file it was read from (see [`FileId`]).
     pub file: FileId,
     /// The span in that file.
     pub span: Span,
@@ -29,7 +29,7 @@ pub type Labels = BTreeMap<String, String>;
 /// Every resource of a valid policy set.
 ///
 /// Its fields are private and it has no public constructor: outside the crate a `Model` comes
-/// only from `validate::validate`, and inside it only `validate` calls [`Model::from_checked`].
+/// only from `validate::validate`, and inside it only `validate` calls `Model::from_checked`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Model {
     /// Tiers in evaluation order (by `order`, then by name), the built-in ones among them.
@@ -258,7 +258,7 @@ impl Policy {
 pub struct StagedDeletion {
     /// The policy's name.
     pub name: String,
-    /// Its tier.
+    /// The tier it was in; its chains are named after it.
     pub tier: String,
     /// When it stops counting (`nodeport-guard.io/expires`), if ever.
     pub expires: Option<Expiry>,
@@ -628,7 +628,7 @@ impl Rule {
 /// A `GlobalNetworkSet`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NetworkSet {
-    /// Name.
+    /// `metadata.name`; the set's ipsets are named after it.
     pub name: String,
     /// Labels rule selectors match.
     pub labels: Labels,

@@ -51,7 +51,7 @@ pub struct ChainChange {
 pub struct ChainPolicy {
     /// The policy's name.
     pub name: String,
-    /// Its tier.
+    /// The tier it is in (the default tier is `default`).
     pub tier: String,
     /// Which of its rule lists.
     pub direction: Direction,
@@ -76,7 +76,7 @@ impl ChainPolicy {
 /// A change to our rules in a kernel chain (or a foreign chain holding something of ours).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookChange {
-    /// The chain.
+    /// The kernel's chain the jump is in (`PREROUTING`, `INPUT`, ...).
     pub chain: String,
     /// Our rules to delete from it.
     pub remove: Vec<HookRule>,

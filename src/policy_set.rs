@@ -64,7 +64,7 @@ pub fn load(paths: &[PathBuf]) -> PolicySet {
     load_with(paths, load::LoadOptions::default())
 }
 
-/// [`load`] with options.
+/// [`load()`] with options.
 pub fn load_with(paths: &[PathBuf], options: load::LoadOptions) -> PolicySet {
     validated(load::load_paths_with(paths, options), options.now)
 }
@@ -164,7 +164,7 @@ fn file_inputs<'a>(
         .collect()
 }
 
-/// Validates policy files given as texts (the files an apply recorded), as [`load`] validates
+/// Validates policy files given as texts (the files an apply recorded), as [`load()`] validates
 /// what it reads, at the instant `now` (for the files an apply recorded: when it applied them).
 pub fn from_files(files: &[crate::counters::PolicyFile], now: jiff::Timestamp) -> PolicySet {
     from_files_through(files, now, &NoStore)

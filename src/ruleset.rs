@@ -95,7 +95,7 @@ impl Ruleset {
 /// Everything of one IP family.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FamilyRuleset {
-    /// The family.
+    /// The family every table and set of it is written for.
     pub family: IpFamily,
     /// The tables we use, in packet order; tables we do not need are absent.
     pub tables: Vec<TableRuleset>,
@@ -118,7 +118,7 @@ impl FamilyRuleset {
 /// Our chains in one table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableRuleset {
-    /// The table.
+    /// The kernel table its chains go into.
     pub table: Table,
     /// The kernel chains we hook, each with the chain we jump to from its first position.
     pub hooks: Vec<Hook>,
@@ -207,7 +207,7 @@ pub struct RuleOrigin {
     /// same).
     #[serde(default = "default_tier", skip_serializing_if = "is_default_tier")]
     pub tier: String,
-    /// Direction.
+    /// Whether the rule is one of the policy's ingress or egress rules.
     pub direction: Direction,
     /// Index of the rule in the policy's list for that direction.
     pub rule_index: usize,
@@ -313,7 +313,7 @@ pub enum Match {
     Icmp {
         /// Which ICMP.
         family: IpFamily,
-        /// Type.
+        /// The ICMP (or ICMPv6) type number.
         icmp_type: u8,
         /// Code, if matched.
         code: Option<u8>,

@@ -18,7 +18,6 @@ use crate::source::Span;
 /// A value together with the byte span it was written at.
 #[derive(Clone, Debug)]
 pub struct Sp<T> {
-    /// The value.
     pub value: T,
     /// Where it stands in its document, relative to the start of the file.
     pub span: Span,

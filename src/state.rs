@@ -18,9 +18,9 @@ use crate::ruleset::{Hook, Rule, Ruleset, SetKind, SetMember, Table};
 /// A table of one family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TableKey {
-    /// The family.
+    /// Which family's tables: IPv4 (`iptables`, `ip`) or IPv6 (`ip6tables`, `ip6`).
     pub family: IpFamily,
-    /// The table.
+    /// Which of the family's tables (`raw`, `mangle`, `filter`).
     pub table: Table,
 }
 
@@ -33,9 +33,9 @@ impl std::fmt::Display for TableKey {
 /// Packet and byte counters of a rule.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
-    /// Packets.
+    /// Packets the rule matched since it was written (or its counters were zeroed).
     pub packets: u64,
-    /// Bytes.
+    /// Bytes of those packets, headers included.
     pub bytes: u64,
 }
 
@@ -57,7 +57,7 @@ pub struct RuleLine {
 pub struct HookRule {
     /// 1-based position in the chain.
     pub position: usize,
-    /// The rule.
+    /// The jump as the kernel spells it back.
     pub rule: RuleLine,
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
 use nodeport_guard::dataplane::fake::FakeKernel;
-use nodeport_guard::dataplane::{Backend, Dataplane, Output, Runner};
+use nodeport_guard::dataplane::{Backend, Dataplane, Kernel, Output, Runner};
 use nodeport_guard::model::IpFamily;
 use nodeport_guard::reconcile::{ReconcileError, reconcile};
 use nodeport_guard::ruleset::Ruleset;
@@ -57,6 +57,9 @@ impl Runner for NetnsRunner<'_> {
     }
 }
 
+/// Reads no sign: every reading goes to the programs.
+impl Kernel for NetnsRunner<'_> {}
+
 /// Runs every command on the real kernel and on the fake; answers with the real kernel's
 /// output and notes every command the two did not agree on (one succeeded, one failed).
 /// A write can be made to fail on both (it then runs on neither).
@@ -85,6 +88,9 @@ impl Mirror<'_> {
         )
     }
 }
+
+/// Reads no sign: every reading goes to the programs.
+impl Kernel for Mirror<'_> {}
 
 impl Runner for Mirror<'_> {
     fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Output> {

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result, bail};
 use super::output::{ask, print_cuts, print_plan};
 use super::plan::{print_rejected, print_warnings};
 use crate::counters::AppliedIndex;
-use crate::dataplane::{Backend, Runner};
+use crate::dataplane::{Backend, Host};
 use crate::engine::{Engine, SavedPlan, record};
 use crate::model::{IpFamily, Model};
 use crate::plan;
@@ -53,7 +53,7 @@ fn saved_target(settings: &Settings, path: &Path) -> Result<Target> {
 /// `apply [--yes] [--confirm-timeout SECS] [PLANFILE]`.
 pub fn run(
     settings: &Settings,
-    runner: &dyn Runner,
+    runner: &dyn Host,
     yes: bool,
     confirm_timeout: Option<u64>,
     plan_file: Option<&Path>,

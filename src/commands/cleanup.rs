@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::output::{ask, print_plan};
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::engine::{Engine, record};
 use crate::model::IpFamily;
 use crate::plan;
@@ -14,7 +14,7 @@ use crate::settings::Settings;
 use crate::state::State;
 
 /// `cleanup [--yes]`.
-pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool, full: bool) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Host, yes: bool, full: bool) -> Result<ExitCode> {
     let engine = Engine::new(settings, runner);
     let backend = engine.backend;
     let state_dir = &engine.state_dir;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::exposure::{self, Exposed, Reachable, Via};
 use crate::model::Model;
 use crate::policy_set;
@@ -36,7 +36,7 @@ impl Basis {
 
 /// The policies to judge by: those last applied, else the files (printing their diagnostics;
 /// `None` when they are invalid or missing).
-pub fn policies(settings: &Settings, runner: &dyn Runner) -> Option<(Model, Basis)> {
+pub fn policies(settings: &Settings, runner: &dyn Host) -> Option<(Model, Basis)> {
     if let Some(model) = crate::engine::Engine::new(settings, runner).applied_model() {
         return Some((model, Basis::Applied));
     }
@@ -57,12 +57,7 @@ pub fn policies(settings: &Settings, runner: &dyn Runner) -> Option<(Model, Basi
 }
 
 /// `exposure [--json] [--detailed-exitcode]`.
-pub fn run(
-    settings: &Settings,
-    runner: &dyn Runner,
-    json: bool,
-    detailed: bool,
-) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -> Result<ExitCode> {
     let Some((model, basis)) = policies(settings, runner) else {
         return Ok(ExitCode::from(1));
     };

@@ -37,12 +37,12 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::cli::{Cli, Command, GlobalOptions, LogFormat};
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::settings::Settings;
 
 /// Runs a parsed command line with `runner` executing programs. Panics become a one-line
 /// internal error and exit 1.
-pub fn run(cli: &Cli, runner: Arc<dyn Runner>) -> ExitCode {
+pub fn run(cli: &Cli, runner: Arc<dyn Host>) -> ExitCode {
     init_logging(cli);
     std::panic::set_hook(Box::new(|info| {
         eprintln!("error: internal error (this is a bug in nodeport-guard): {info}");
@@ -57,7 +57,7 @@ pub fn run(cli: &Cli, runner: Arc<dyn Runner>) -> ExitCode {
     }
 }
 
-fn dispatch(cli: &Cli, runner: Arc<dyn Runner>) -> Result<ExitCode> {
+fn dispatch(cli: &Cli, runner: Arc<dyn Host>) -> Result<ExitCode> {
     let global = &cli.global;
     let local = runner.as_ref();
     match &cli.command {

@@ -45,7 +45,7 @@ pub fn planned(engine: &Engine<'_>) -> Result<Option<Planned>> {
 /// `plan [--detailed-exitcode] [--json] [--out FILE]`.
 pub fn run(
     settings: &Settings,
-    runner: &dyn crate::dataplane::Runner,
+    runner: &dyn crate::dataplane::Host,
     detailed: bool,
     json: bool,
     out: Option<&Path>,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::output::{ask, print_established, print_revoked};
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::policy_set;
 use crate::revocation;
 use crate::settings::Settings;
@@ -14,7 +14,7 @@ use crate::system::host::host_facts;
 /// `revoke [--yes]`: lists the established connections the policy files deny (of those that
 /// came in through a host endpoint; never the host's own, loopback, or a failsafe port), asks,
 /// and deletes their conntrack entries.
-pub fn run(settings: &Settings, runner: &dyn Runner, yes: bool) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Host, yes: bool) -> Result<ExitCode> {
     let policies = &settings.config.policies_dir;
     let set = policy_set::load_with(std::slice::from_ref(policies), settings.load);
     if !set.is_valid() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::dataplane::{Dataplane, Runner};
+use crate::dataplane::{Dataplane, Host};
 use crate::engine::record;
 use crate::reconcile;
 use crate::system::runtime::{RollbackRecord, StateDir, now_seconds};
@@ -17,7 +17,7 @@ pub const ROLLBACK_ATTEMPTS: u32 = 5;
 
 /// `__rollback-watch ID`: waits for the deadline (a hang-up of the terminal that started it
 /// does not cancel the rollback), then rolls back.
-pub fn run(state_dir: &Path, runner: &dyn Runner, id: &str) -> Result<ExitCode> {
+pub fn run(state_dir: &Path, runner: &dyn Host, id: &str) -> Result<ExitCode> {
     let state_dir = StateDir::new(state_dir);
     let Some(pending) = state_dir.pending()? else {
         eprintln!("{}: apply {id}: nothing pending any more", now_seconds());
@@ -63,7 +63,7 @@ pub fn run(state_dir: &Path, runner: &dyn Runner, id: &str) -> Result<ExitCode> 
 /// given up and recorded where `confirm` and `status` show it.
 pub fn roll_back_retrying(
     state_dir: &StateDir,
-    runner: &dyn Runner,
+    runner: &dyn Host,
     id: &str,
     pause: Duration,
 ) -> Result<()> {
@@ -93,7 +93,7 @@ pub fn roll_back_retrying(
 
 /// One attempt: under the lock, puts back the rules from before the pending apply `id`, unless
 /// it was confirmed (or replaced) meanwhile.
-pub fn roll_back(state_dir: &StateDir, runner: &dyn Runner, id: &str) -> Result<()> {
+pub fn roll_back(state_dir: &StateDir, runner: &dyn Host, id: &str) -> Result<()> {
     let _lock = state_dir.lock("nodeport-guard rollback", true)?;
     let Some(pending) = state_dir.pending()? else {
         return Ok(());

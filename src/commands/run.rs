@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::settings::Settings;
 
 /// `run`: until SIGTERM or SIGINT; the rules stay in place when it stops.
-pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
+pub fn run(settings: Settings, runner: Arc<dyn Host>) -> Result<ExitCode> {
     // A daemon lives long: one malloc arena keeps it near what it uses (its work is on one
     // thread at a time; the compiler's short-lived threads share it).
     crate::system::runtime::limit_malloc_arenas(DAEMON_ARENAS);

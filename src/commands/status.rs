@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::output::plural;
 use crate::counters::{self, Presence, RuleCounter};
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Backend, Dataplane, Host};
 use crate::engine::{self, Compiling};
 use crate::model::{DEFAULT_TIER, IpFamily};
 use crate::plan::{self, Plan};
@@ -50,12 +50,7 @@ pub(super) struct Report {
 
 /// `status [--json] [--detailed-exitcode]`: with `--detailed-exitcode`, 0 in sync, 2 out of
 /// sync, 1 when that cannot be told (the policy files are invalid or missing).
-pub fn run(
-    settings: &Settings,
-    runner: &dyn Runner,
-    json: bool,
-    detailed: bool,
-) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     let backend = settings.backend.resolve(runner);
     let dataplane = Dataplane::new(

@@ -47,7 +47,7 @@ pub fn endpoints_of_host(model: &Model, config: &Config, host: &HostFacts) -> Ve
 pub struct Binding<'m> {
     /// The interface; `None` is every interface without an endpoint of its own.
     pub interface: Option<String>,
-    /// The endpoint.
+    /// The host endpoint whose interfaces are bound.
     pub endpoint: HostEndpoint,
     untracked_in: Vec<&'m Policy>,
     untracked_out: Vec<&'m Policy>,
@@ -342,7 +342,7 @@ impl Path {
         }
     }
 
-    /// Its dispatch chain.
+    /// The chain that sends this path's packets to the policies (`npg-*-dispatch`).
     pub fn dispatch_chain(self) -> &'static str {
         match self.chain_kind() {
             EndpointChainKind::FromHost => "npg-from-host-endpoint",

@@ -37,7 +37,7 @@ pub struct Memo {
 pub struct Reuse {
     /// Taken from the memo.
     pub reused: usize,
-    /// Compiled.
+    /// Policy chains compiled afresh.
     pub compiled: usize,
 }
 
@@ -54,7 +54,7 @@ pub(super) struct FamilyMemo {
 pub(super) struct Entry {
     /// The fingerprint of the policy it was compiled from.
     pub policy: u128,
-    /// Its rules.
+    /// The compiled rules of the chain, shared with the ruleset.
     pub rules: Arc<[ruleset::Rule]>,
     /// What compiling it registered, in order.
     pub events: Vec<SetEvent>,

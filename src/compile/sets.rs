@@ -99,7 +99,7 @@ impl<'m> SetRegistry<'m> {
         self.recording.is_none() && self.sets.contains_key(name)
     }
 
-    /// The family.
+    /// The family the sets are registered for.
     pub fn family(&self) -> IpFamily {
         self.family
     }

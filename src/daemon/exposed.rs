@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::metrics::Shared;
 use crate::config::Config;
-use crate::dataplane::Runner;
+use crate::dataplane::Host;
 use crate::exposure;
 use crate::facts::HostFacts;
 use crate::model::Model;
@@ -44,7 +44,7 @@ static SLOT: Mutex<Slot> = Mutex::new(Slot {
 /// sets the gauge in `metrics`.
 pub(super) fn refresh(
     metrics: &Shared,
-    runner: &Arc<dyn Runner>,
+    runner: &Arc<dyn Host>,
     fingerprint: &str,
     model: &Model,
     config: &Config,
@@ -71,7 +71,7 @@ pub(super) fn refresh(
     }
 }
 
-fn audit_until_done(metrics: &Shared, runner: &dyn Runner) {
+fn audit_until_done(metrics: &Shared, runner: &dyn Host) {
     loop {
         let next = {
             let mut slot = SLOT.lock().unwrap_or_else(PoisonError::into_inner);

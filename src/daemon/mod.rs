@@ -33,7 +33,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::counters::{self, RuleCounter};
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Backend, Dataplane, Host};
 use crate::model::IpFamily;
 use crate::settings::Settings;
 use crate::system::runtime::StateDir;
@@ -113,7 +113,7 @@ impl Event {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
-pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
+pub fn run(settings: Settings, runner: Arc<dyn Host>) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
     let _lock = state_dir
         .lock("nodeport-guard run", false)
@@ -127,7 +127,7 @@ pub fn run(settings: Settings, runner: Arc<dyn Runner>) -> Result<ExitCode> {
 
 async fn run_loop(
     settings: Settings,
-    runner: Arc<dyn Runner>,
+    runner: Arc<dyn Host>,
     state_dir: StateDir,
 ) -> Result<ExitCode> {
     let backend = settings.backend.resolve(runner.as_ref());
@@ -276,7 +276,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 fn read_counters(
     settings: &Settings,
-    runner: &dyn Runner,
+    runner: &dyn Host,
     backend: &'static dyn Backend,
 ) -> Vec<RuleCounter> {
     let dataplane = Dataplane::new(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{Event, drops, expiry, metrics};
 use crate::compile;
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Backend, Dataplane, Host};
 use crate::engine::{Engine, Memory, Reconciled, record};
 use crate::facts::HostFacts;
 use crate::model::{IpFamily, Model};
@@ -29,7 +29,7 @@ struct LastGood {
 pub(super) struct Daemon {
     pub(super) settings: Settings,
     backend: &'static dyn Backend,
-    runner: Arc<dyn Runner>,
+    runner: Arc<dyn Host>,
     state_dir: StateDir,
     pub(super) metrics: metrics::Shared,
     last_good: Option<LastGood>,
@@ -99,7 +99,7 @@ impl Daemon {
     pub(super) fn new(
         settings: Settings,
         backend: &'static dyn Backend,
-        runner: Arc<dyn Runner>,
+        runner: Arc<dyn Host>,
         state_dir: StateDir,
         metrics: metrics::Shared,
     ) -> Daemon {

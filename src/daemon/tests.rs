@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Daemon, Event, metrics};
 use crate::dataplane::fake::FakeKernel;
-use crate::dataplane::{Backend, Runner};
+use crate::dataplane::{Backend, Host};
 use crate::fixtures::{self, WHITELIST, each_backend};
 use crate::system::runtime::StateDir;
 
@@ -31,7 +31,7 @@ impl Harness {
         let mut settings = fixtures::settings(&policies, &dir.path().join("state"), backend);
         settings.config.allow_empty = allow_empty;
         let kernel = Arc::new(FakeKernel::new());
-        let runner: Arc<dyn Runner> = kernel.clone();
+        let runner: Arc<dyn Host> = kernel.clone();
         let state_dir = StateDir::new(&settings.state_dir);
         let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
         let daemon = Daemon::new(settings, backend, runner, state_dir, metrics);

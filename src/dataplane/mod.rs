@@ -3,8 +3,9 @@
 //!
 //! Every backend is one implementation of [`Backend`], in a module of its own that holds its
 //! renderer, its parser of what the kernel prints and the programs it runs; [`BACKENDS`] lists
-//! them. Programs run behind the [`Runner`] seam, which the binary fills with
-//! [`SystemRunner`] and tests with the in-memory kernel in `fake`.
+//! them. Programs run behind the [`Runner`] seam; the kernel's signs and the xtables lock sit
+//! behind the [`Kernel`] seam beside it. The binary fills both with [`SystemRunner`], tests
+//! with the in-memory kernel in `fake`.
 //!
 //! Adding a backend: a new module implementing [`Backend`], and one line in [`BACKENDS`].
 
@@ -13,6 +14,7 @@ pub mod detect;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod iptables;
+pub mod kernel;
 pub mod namespace;
 pub mod nat;
 pub mod nfgen;
@@ -24,6 +26,7 @@ pub mod xtables;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use kernel::{Host, Kernel};
 pub use runner::{
     CommandFailure, DataplaneError, ObserveError, Output, Runner, SystemRunner, failed_line_number,
     run_checked,
@@ -106,6 +109,27 @@ pub trait Backend: fmt::Debug + Send + Sync {
         Coverage::Nothing
     }
 
+    /// The kernel's sign now, as this backend reads it.
+    fn read_sign(&self, kernel: &dyn Kernel) -> Option<Stamp> {
+        match self.sign() {
+            Sign::NfGeneration => kernel.nft_generation().map(Stamp::Generation),
+            Sign::XtablesDigest => kernel.xtables_digest().map(Stamp::Digest),
+        }
+    }
+
+    /// What keeps other writers out between two readings of the sign, for as long as the
+    /// result is held: nothing with nf_tables, whose generation counts every commit; the
+    /// xtables lock with iptables-legacy, whose digest only tells that something changed.
+    fn hold_writers_off<'k>(&self, kernel: &'k dyn Kernel) -> Hold<'k> {
+        match self.sign() {
+            Sign::NfGeneration => Hold::Unneeded,
+            Sign::XtablesDigest => match kernel.holding_xtables_lock() {
+                Some(host) => Hold::Held(host),
+                None => Hold::Unavailable,
+            },
+        }
+    }
+
     /// The kernel's state now, from `cached` (read at the current sign) and a fresh read of
     /// what the sign does not cover.
     fn refresh(&self, dataplane: &Dataplane<'_>, cached: &State) -> Result<State, DataplaneError> {
@@ -125,6 +149,54 @@ pub enum Sign {
     /// The digest of the x_tables rules ([`xtables`]), under the xtables lock so that only
     /// our own write can change them between two readings (iptables-legacy).
     XtablesDigest,
+}
+
+/// A reading of the kernel's [`Sign`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Stamp {
+    /// The nf_tables generation.
+    Generation(u32),
+    /// The digest of the x_tables rules, read under the xtables lock (saved in hex: JSON
+    /// numbers do not hold 128 bits).
+    Digest(#[serde(with = "hex_u128")] u128),
+}
+
+/// A `u128` as 32 hex digits.
+mod hex_u128 {
+    pub fn serialize<S: serde::Serializer>(value: &u128, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{value:032x}"))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<u128, D::Error> {
+        let text: String = serde::Deserialize::deserialize(deserializer)?;
+        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Stamp {
+    /// Whether `self`, read after a write that committed `commits` nf_tables transactions,
+    /// was reached from `from` by that write alone. A generation moves by one per commit; a
+    /// digest read under the lock held since `from` can only have been changed by the write.
+    pub fn follows(self, from: Stamp, commits: u32) -> bool {
+        match (from, self) {
+            (Stamp::Generation(from), Stamp::Generation(now)) => now == from.wrapping_add(commits),
+            (Stamp::Digest(_), Stamp::Digest(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What [`Backend::hold_writers_off`] holds.
+pub enum Hold<'k> {
+    /// Nothing needs holding: the sign counts every writer's commits.
+    Unneeded,
+    /// The xtables lock, and the host whose iptables commands run under it.
+    Held(Box<dyn Host + 'k>),
+    /// The lock could not be taken; no reading of the sign can be trusted.
+    Unavailable,
 }
 
 /// What a backend's [`Sign`] covers of its state.
@@ -241,11 +313,17 @@ impl fmt::Display for BackendChoice {
 }
 
 /// A backend bound to a runner: reads and writes our part of the kernel.
+#[derive(Clone)]
 pub struct Dataplane<'r> {
-    /// The backend.
+    /// The backend: how rules are spelled, written and read back.
     pub backend: &'static dyn Backend,
     /// How programs are run.
     pub runner: &'r dyn Runner,
+    /// What the kernel tells without a program.
+    pub kernel: &'r dyn Kernel,
+    /// Whether this dataplane's iptables commands run under the xtables lock we hold
+    /// ([`Hold::Held`]).
+    pub holds_xtables_lock: bool,
     /// The families that are programmed; the other family is still read, so leftovers of ours
     /// there are cleaned up.
     pub families: Vec<IpFamily>,
@@ -255,24 +333,34 @@ pub struct Dataplane<'r> {
 }
 
 impl<'r> Dataplane<'r> {
-    /// A backend bound to a runner, programming `families`.
+    /// A backend bound to a host, programming `families`.
     pub fn new(
         backend: &'static dyn Backend,
-        runner: &'r dyn Runner,
+        host: &'r dyn Host,
         families: Vec<IpFamily>,
         state_dir: &Path,
     ) -> Dataplane<'r> {
         Dataplane {
             backend,
-            runner,
+            runner: host,
+            kernel: host,
+            holds_xtables_lock: false,
             families,
             state_dir: state_dir.to_path_buf(),
         }
     }
 
-    /// The same backend and families, run through `runner`.
-    pub fn with_runner<'s>(&self, runner: &'s dyn Runner) -> Dataplane<'s> {
-        Dataplane::new(self.backend, runner, self.families.clone(), &self.state_dir)
+    /// The same backend and families, on the host a [`Hold::Held`] gave: under the lock.
+    pub fn holding<'s>(&self, held: &'s dyn Host) -> Dataplane<'s> {
+        Dataplane {
+            holds_xtables_lock: true,
+            ..Dataplane::new(self.backend, held, self.families.clone(), &self.state_dir)
+        }
+    }
+
+    /// The kernel's sign now (see [`Backend::read_sign`]).
+    pub fn sign(&self) -> Option<Stamp> {
+        self.backend.read_sign(self.kernel)
     }
 
     /// Reads what the kernel holds of ours, with rule counters.

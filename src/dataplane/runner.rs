@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use super::kernel::{Host, Kernel};
+
 /// What a program printed and how it ended.
 #[derive(Clone, Debug, Default)]
 pub struct Output {
@@ -18,9 +20,9 @@ pub struct Output {
     pub success: bool,
     /// Its exit code, if it exited.
     pub code: Option<i32>,
-    /// Its stdout.
+    /// Everything it printed on stdout (nothing when its lines were streamed).
     pub stdout: String,
-    /// Its stderr.
+    /// Everything it printed on stderr, which says why it failed.
     pub stderr: String,
 }
 
@@ -31,40 +33,6 @@ pub trait Runner: Send + Sync {
 
     /// Whether `program` can be found.
     fn exists(&self, program: &str) -> bool;
-
-    /// The nf_tables ruleset generation of the network namespace (see
-    /// [`super::nfgen`]): it changes with every committed nftables or iptables-nft
-    /// transaction. `None` when it cannot be read; callers then read the rules themselves.
-    fn nft_generation(&self) -> Option<u32> {
-        None
-    }
-
-    /// A digest of every iptables-legacy rule of the network namespace (see
-    /// [`super::xtables`]): the same exactly when the rules are. `None` when it cannot be
-    /// read.
-    fn xtables_digest(&self) -> Option<u128> {
-        None
-    }
-
-    /// Which kernel and network namespace the runner's commands reach (see
-    /// [`super::namespace`]), so that what was read of one is never taken for another's.
-    /// `None` when it cannot be told.
-    fn namespace_identity(&self) -> Option<String> {
-        None
-    }
-
-    /// This runner holding the xtables lock until the returned one is dropped, so that nobody
-    /// who takes the lock (iptables, docker, kube-proxy) writes x_tables meanwhile; the
-    /// iptables commands it runs take a lock file of their own. `None` when the lock cannot be
-    /// taken.
-    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
-        None
-    }
-
-    /// Whether this runner holds the xtables lock (one [`Runner::holding_xtables_lock`] gave).
-    fn holds_xtables_lock(&self) -> bool {
-        false
-    }
 
     /// Runs `program` with `args` and hands each line of its stdout to `line` as it comes;
     /// when `line` returns `false` the program is stopped. The output's `stdout` is empty.
@@ -96,26 +64,6 @@ impl<R: Runner + ?Sized> Runner for &R {
 
     fn exists(&self, program: &str) -> bool {
         (**self).exists(program)
-    }
-
-    fn nft_generation(&self) -> Option<u32> {
-        (**self).nft_generation()
-    }
-
-    fn xtables_digest(&self) -> Option<u128> {
-        (**self).xtables_digest()
-    }
-
-    fn namespace_identity(&self) -> Option<String> {
-        (**self).namespace_identity()
-    }
-
-    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
-        (**self).holding_xtables_lock()
-    }
-
-    fn holds_xtables_lock(&self) -> bool {
-        (**self).holds_xtables_lock()
     }
 
     fn run_lines(
@@ -211,40 +159,6 @@ impl Runner for SystemRunner {
         Self::resolve(program).is_some()
     }
 
-    fn nft_generation(&self) -> Option<u32> {
-        super::nfgen::generation()
-            .inspect_err(|error| {
-                tracing::debug!(%error, "cannot read the nf_tables generation");
-            })
-            .ok()
-    }
-
-    fn xtables_digest(&self) -> Option<u128> {
-        super::xtables::digest()
-            .inspect_err(|error| {
-                tracing::debug!(%error, "cannot read the x_tables rules");
-            })
-            .ok()
-    }
-
-    fn namespace_identity(&self) -> Option<String> {
-        super::namespace::identity()
-            .inspect_err(|error| {
-                tracing::debug!(%error, "cannot tell which network namespace this is");
-            })
-            .ok()
-    }
-
-    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
-        match super::xtables::XtablesLock::take(XTABLES_LOCK_WAIT) {
-            Ok(lock) => Some(Box::new(Locked { lock })),
-            Err(error) => {
-                tracing::debug!(%error, "cannot take the xtables lock");
-                None
-            }
-        }
-    }
-
     fn run_lines(
         &self,
         program: &str,
@@ -290,6 +204,43 @@ impl Runner for SystemRunner {
     }
 }
 
+/// The kernel of this process's network namespace, read in the process.
+impl Kernel for SystemRunner {
+    fn nft_generation(&self) -> Option<u32> {
+        super::nfgen::generation()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot read the nf_tables generation");
+            })
+            .ok()
+    }
+
+    fn xtables_digest(&self) -> Option<u128> {
+        super::xtables::digest()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot read the x_tables rules");
+            })
+            .ok()
+    }
+
+    fn namespace_identity(&self) -> Option<String> {
+        super::namespace::identity()
+            .inspect_err(|error| {
+                tracing::debug!(%error, "cannot tell which network namespace this is");
+            })
+            .ok()
+    }
+
+    fn holding_xtables_lock(&self) -> Option<Box<dyn Host + '_>> {
+        match super::xtables::XtablesLock::take(XTABLES_LOCK_WAIT) {
+            Ok(lock) => Some(Box::new(Locked { lock })),
+            Err(error) => {
+                tracing::debug!(%error, "cannot take the xtables lock");
+                None
+            }
+        }
+    }
+}
+
 /// A [`SystemRunner`] holding the xtables lock; its iptables commands take the lock file
 /// beside it.
 struct Locked {
@@ -304,7 +255,10 @@ impl Runner for Locked {
     fn exists(&self, program: &str) -> bool {
         SystemRunner.exists(program)
     }
+}
 
+/// The kernel a [`Locked`] runner reaches is the system's; the lock is held already.
+impl Kernel for Locked {
     fn nft_generation(&self) -> Option<u32> {
         SystemRunner.nft_generation()
     }
@@ -316,10 +270,6 @@ impl Runner for Locked {
     fn namespace_identity(&self) -> Option<String> {
         SystemRunner.namespace_identity()
     }
-
-    fn holds_xtables_lock(&self) -> bool {
-        true
-    }
 }
 
 /// Why a save could not be read.
@@ -330,7 +280,7 @@ pub enum ObserveError {
         "`{table}` holds rules this iptables cannot show ({line}); use the other iptables backend"
     )]
     Incompatible {
-        /// The table.
+        /// The table it would not show.
         table: String,
         /// The line that said so.
         line: String,
@@ -373,7 +323,7 @@ pub enum DataplaneError {
     /// A program could not be started.
     #[error("cannot run `{program}`: {source}")]
     Spawn {
-        /// The program.
+        /// The program that could not be started.
         program: String,
         /// Why.
         #[source]

@@ -58,7 +58,7 @@ fn layout(family: IpFamily) -> EntryLayout {
 }
 
 /// The hasher of this process's digests (SipHash with secret keys, 128 bits: see
-/// [`crate::digest::Fingerprinter`]); several times faster than SHA-256 over the megabytes of a
+/// `crate::digest::Fingerprinter`); several times faster than SHA-256 over the megabytes of a
 /// large table, which matters as a reload reads it twice. Digests are compared only within
 /// the process that took them.
 pub fn fingerprinter() -> &'static crate::digest::Fingerprinter {

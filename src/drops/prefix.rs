@@ -183,7 +183,6 @@ pub fn decode(prefix: &str) -> Decoded {
 pub enum Verdict {
     /// A policy rule.
     Rule {
-        /// The policy.
         policy: String,
         /// Its tier (unknown for a staged policy not in the policy files).
         tier: Option<String>,
@@ -198,9 +197,7 @@ pub enum Verdict {
     },
     /// The end of a tier: no policy of the tier decided.
     EndOfTier {
-        /// The tier.
         tier: String,
-        /// The direction.
         direction: Direction,
         /// Deny (the tier's default action) or Pass.
         action: LoggedAction,
@@ -208,10 +205,7 @@ pub enum Verdict {
         staged: bool,
     },
     /// The end of the endpoint's chain: no profile allowed it.
-    NoProfile {
-        /// The direction.
-        direction: Direction,
-    },
+    NoProfile { direction: Direction },
     /// A prefix the current policies do not emit.
     Unknown {
         /// Why it could not be told.

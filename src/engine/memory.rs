@@ -26,7 +26,7 @@ pub struct Memory {
     render: crate::state::RenderMemo,
     /// What the kernel holds of ours at a sign of the kernel's, while nobody else changes it
     /// (see [`reconcile::reconcile_cached`]).
-    view: Option<reconcile::Cached>,
+    view: Option<reconcile::View>,
 }
 
 impl Memory {

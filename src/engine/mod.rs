@@ -30,7 +30,7 @@ pub use saved::SavedPlan;
 
 use crate::compile::{self, Compiled};
 use crate::counters::{self, AppliedIndex, PolicyFile};
-use crate::dataplane::{Backend, Dataplane, Runner};
+use crate::dataplane::{Backend, Dataplane, Host};
 use crate::diagnostic::Diagnostic;
 use crate::facts::HostFacts;
 use crate::model::Model;
@@ -48,7 +48,7 @@ pub struct Engine<'a> {
     /// The checked settings.
     pub settings: &'a Settings,
     /// What runs the kernel's programs.
-    pub runner: &'a dyn Runner,
+    pub runner: &'a dyn Host,
     /// The backend that reads and writes.
     pub backend: &'static dyn Backend,
     /// The runtime state directory.
@@ -75,7 +75,7 @@ pub enum Compiling {
     MissingDirectory,
     /// Some file is invalid: the set with its diagnostics.
     Invalid(PolicySet),
-    /// Compiled.
+    /// Every file is valid: the set and what it compiled to.
     Compiled(PolicySet, Compiled),
 }
 
@@ -112,7 +112,6 @@ pub struct Prepared {
     pub compiled: Compiled,
     /// The policy files' fingerprint.
     pub policies_fingerprint: String,
-    /// The backend.
     pub backend: &'static dyn Backend,
     /// The state the backend writes for them.
     pub desired: State,
@@ -155,14 +154,14 @@ pub struct Planned {
 
 impl<'a> Engine<'a> {
     /// The engine for `settings`, with the backend they choose resolved on `runner`.
-    pub fn new(settings: &'a Settings, runner: &'a dyn Runner) -> Engine<'a> {
+    pub fn new(settings: &'a Settings, runner: &'a dyn Host) -> Engine<'a> {
         Engine::with_backend(settings, runner, settings.backend.resolve(runner))
     }
 
     /// The engine for `settings` with `backend` (a saved plan's, a running daemon's).
     pub fn with_backend(
         settings: &'a Settings,
-        runner: &'a dyn Runner,
+        runner: &'a dyn Host,
         backend: &'static dyn Backend,
     ) -> Engine<'a> {
         Engine {

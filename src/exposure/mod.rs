@@ -81,7 +81,6 @@ pub enum Destination {
 /// One DNAT rule that nat `PREROUTING` reaches: a published port.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dnat {
-    /// Its family.
     pub family: IpFamily,
     /// The protocol it requires.
     pub protocol: Transport,
@@ -98,11 +97,9 @@ pub struct Dnat {
 /// A socket listening on (TCP) or bound to (UDP) an address.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Listening {
-    /// The protocol.
     pub protocol: Transport,
     /// The address (the unspecified address for every address).
     pub address: IpAddr,
-    /// The port.
     pub port: u16,
     /// For an IPv6 socket on `::`, whether it also takes IPv4 (not `IPV6_V6ONLY`).
     pub dual_stack: bool,

@@ -33,9 +33,7 @@ pub struct Reach {
 /// A port packets from other hosts arrive for.
 #[derive(Clone, Copy, Debug)]
 pub struct Port {
-    /// Its family.
     pub family: IpFamily,
-    /// Its protocol.
     pub protocol: Transport,
     /// Its number.
     pub port: u16,

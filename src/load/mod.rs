@@ -1,4 +1,4 @@
-//! Loading policy files: which files are read, and how their YAML becomes [`RawResource`]s.
+//! Loading policy files: which files are read, and how their YAML becomes `RawResource`s.
 //!
 //! Reading is split as ripgrep splits it: [`load_paths`] and [`read_source`] do the file system
 //! work (and only they do), [`parse_file`] is pure and unit-tested on strings.

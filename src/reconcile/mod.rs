@@ -109,186 +109,14 @@ pub fn write_planned(
     }
 }
 
-/// What the kernel held of ours at a sign of the kernel's (see [`crate::dataplane::Sign`]):
-/// while the sign stays the same nobody has changed the rules, so the daemon plans against
-/// this instead of reading every rule again (Felix's table syncer does the same with its
-/// cached view).
-#[derive(Clone, Debug)]
-pub struct Cached {
-    /// The sign at which `state` was the kernel's.
-    sign: Stamp,
-    /// Our part of the kernel then.
-    state: std::sync::Arc<State>,
-}
-
-/// A reading of the kernel's sign.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum Stamp {
-    /// The nf_tables generation.
-    Generation(u32),
-    /// The digest of the x_tables rules, read under the xtables lock (saved in hex: JSON
-    /// numbers do not hold 128 bits).
-    Digest(#[serde(with = "hex_u128")] u128),
-}
-
-/// A `u128` as 32 hex digits.
-mod hex_u128 {
-    pub fn serialize<S: serde::Serializer>(value: &u128, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format!("{value:032x}"))
-    }
-
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<u128, D::Error> {
-        let text: String = serde::Deserialize::deserialize(deserializer)?;
-        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
-    }
-}
-
-impl Stamp {
-    /// Whether `self`, read after a write that committed `commits` nf_tables transactions,
-    /// was reached from `from` by that write alone. A generation moves by one per commit; a
-    /// digest read under the lock held since `from` can only have been changed by the write.
-    fn follows(self, from: Stamp, commits: u32) -> bool {
-        match (from, self) {
-            (Stamp::Generation(from), Stamp::Generation(now)) => now == from.wrapping_add(commits),
-            (Stamp::Digest(_), Stamp::Digest(_)) => true,
-            _ => false,
-        }
-    }
-}
-
-/// How a [`reconcile_cached`] read the kernel before planning.
+/// How a reconcile read the kernel before planning (see [`view`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
     /// Every rule and set was read.
     Whole,
-    /// The cached view was still the kernel's (only what the sign does not cover, such as
-    /// ipsets, was read).
+    /// The view was still the kernel's (only what the sign does not cover, such as ipsets,
+    /// was read).
     Cached,
-}
-
-/// Like [`reconcile`], planning against `cache` when the kernel's sign says the kernel has not
-/// changed since it was taken, and leaving in `cache` what the kernel holds afterwards when
-/// that is certain: when the sign moved by this reconcile's own write alone (nf_tables: by
-/// exactly the transactions it committed; x_tables: under the xtables lock, held from the
-/// first reading to the last). Anything else (a backend without a sign, a sign that cannot be
-/// read, a lock that cannot be taken, a foreign commit, a failed write) leaves the cache
-/// empty, so the next reconcile reads the whole kernel again.
-pub fn reconcile_cached(
-    dataplane: &Dataplane<'_>,
-    desired: &std::sync::Arc<State>,
-    cache: &mut Option<Cached>,
-) -> Result<(Outcome, Read), ReconcileError> {
-    let first = FirstRead::take(dataplane, cache.as_ref());
-    reconcile_after(dataplane, desired, cache, first)
-}
-
-/// The first reading of a [`reconcile_cached`]: the kernel's sign, what it does not cover
-/// (ipsets) read beside it when there is a view to trust, and for iptables-legacy the xtables
-/// lock, held from then on. The daemon takes it while it compiles (the x_tables digest takes
-/// tens of milliseconds at thousands of rules) and hands it to [`reconcile_after`].
-pub struct FirstRead<'r> {
-    /// The runner holding the xtables lock (iptables-legacy).
-    locked: Option<Box<dyn crate::dataplane::Runner + 'r>>,
-    /// The sign, or `None`: no sign to trust (none read, or the lock not taken).
-    start: Option<Stamp>,
-    /// The view refreshed, read at `start`.
-    refreshed: Option<Result<State, DataplaneError>>,
-}
-
-impl<'r> FirstRead<'r> {
-    /// Reads the sign of `dataplane`'s kernel and, with a `cached` view, what the sign does not
-    /// cover.
-    pub fn take(dataplane: &Dataplane<'r>, cached: Option<&Cached>) -> FirstRead<'r> {
-        use crate::dataplane::{Coverage, Sign};
-        let unsigned = FirstRead {
-            locked: None,
-            start: None,
-            refreshed: None,
-        };
-        if dataplane.backend.sign_covers() == Coverage::Nothing {
-            return unsigned;
-        }
-        let locked = match dataplane.backend.sign() {
-            Sign::NfGeneration => None,
-            Sign::XtablesDigest => match dataplane.runner.holding_xtables_lock() {
-                Some(locked) => Some(locked),
-                None => return unsigned,
-            },
-        };
-        let reader = dataplane.with_runner(locked.as_deref().unwrap_or(dataplane.runner));
-        let (start, refreshed) = match cached {
-            Some(cached) => std::thread::scope(|scope| {
-                let refreshed = scope.spawn(|| reader.backend.refresh(&reader, &cached.state));
-                let start = read_sign(&reader);
-                (start, Some(crate::dataplane::runner::joined(refreshed)))
-            }),
-            None => (read_sign(&reader), None),
-        };
-        FirstRead {
-            locked,
-            start,
-            refreshed,
-        }
-    }
-}
-
-/// The kernel's sign as `dataplane`'s backend reads it.
-fn read_sign(dataplane: &Dataplane<'_>) -> Option<Stamp> {
-    match dataplane.backend.sign() {
-        crate::dataplane::Sign::NfGeneration => {
-            dataplane.runner.nft_generation().map(Stamp::Generation)
-        }
-        crate::dataplane::Sign::XtablesDigest => {
-            dataplane.runner.xtables_digest().map(Stamp::Digest)
-        }
-    }
-}
-
-/// [`reconcile_cached`] after its [`FirstRead`], taken of the same kernel with the `cache` of
-/// now.
-pub fn reconcile_after(
-    dataplane: &Dataplane<'_>,
-    desired: &std::sync::Arc<State>,
-    cache: &mut Option<Cached>,
-    first: FirstRead<'_>,
-) -> Result<(Outcome, Read), ReconcileError> {
-    let cached = cache.take();
-    let Some(start) = first.start else {
-        return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
-    };
-    let dataplane = dataplane.with_runner(first.locked.as_deref().unwrap_or(dataplane.runner));
-    let (before, read, valid_from) = match (cached, first.refreshed) {
-        (Some(cached), Some(refreshed)) if cached.sign == start => (
-            refreshed.map_err(ReconcileError::Observe)?,
-            Read::Cached,
-            Some(start),
-        ),
-        _ => {
-            let before = dataplane.observe().map_err(ReconcileError::Observe)?;
-            // Read in one piece only if nothing changed while it was read.
-            let after_read = read_sign(&dataplane);
-            (
-                before,
-                Read::Whole,
-                (after_read == Some(start)).then_some(start),
-            )
-        }
-    };
-    let outcome = apply_against(&dataplane, desired, before)?;
-    if let (Some(from), Some(now)) = (valid_from, read_sign(&dataplane))
-        && now.follows(from, outcome.commits)
-    {
-        // Written and verified, or found to need nothing: either way the kernel holds what the
-        // planner compares of `desired`, so the view shares it rather than keeping a copy.
-        *cache = Some(Cached {
-            sign: now,
-            state: std::sync::Arc::clone(desired),
-        });
-    }
-    Ok((outcome, read))
 }
 
 /// Reads back what `written` wrote and checks that the kernel holds `desired` there. What the
@@ -325,3 +153,5 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, Data
 #[cfg(test)]
 mod tests;
 pub mod view;
+
+pub use view::{FirstRead, View, reconcile_after, reconcile_cached};

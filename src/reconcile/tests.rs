@@ -522,7 +522,7 @@ fn detection_finds_our_rules_in_the_fake() {
 // ---------------------------------------------------------------------------------------------
 // The cached view (reconcile_cached).
 
-use crate::reconcile::{Cached, Read, reconcile_cached};
+use crate::reconcile::{Read, View, reconcile_cached};
 use std::sync::Arc;
 
 /// The hash of the first rule of ours in `desired`.
@@ -548,7 +548,7 @@ fn an_unchanged_sign_plans_against_the_cached_view_without_reading_the_rules() {
         let dataplane = setup.dataplane(backend);
         let first = Arc::new(backend.desired(&policy("nodeport-whitelist")));
         let second = Arc::new(backend.desired(&policy("office-networkset")));
-        let mut cache: Option<Cached> = None;
+        let mut cache: Option<View> = None;
         let (_, read) = reconcile_cached(&dataplane, &first, &mut cache).expect("apply");
         assert_eq!(read, Read::Whole, "{backend}: the first read is whole");
         assert!(cache.is_some(), "{backend}: a write of ours keeps the view");
@@ -610,7 +610,7 @@ fn a_foreign_commit_makes_the_next_reconcile_read_everything_and_repair_it() {
 
 #[test]
 fn ipsets_are_read_again_even_when_the_iptables_rules_are_cached() {
-    use crate::dataplane::Runner as _;
+    use crate::dataplane::Kernel as _;
     for backend in [LEGACY, NFT] {
         let setup = Setup::new();
         let dataplane = setup.dataplane(backend);
@@ -745,16 +745,12 @@ fn commits_writing(dataplane: &Dataplane<'_>, desired: &State, before: State) ->
 }
 
 /// A view as the state directory keeps it: written out as JSON and read back.
-fn kept(saved: view::SavedView) -> view::SavedView {
+fn kept(saved: view::View) -> view::View {
     serde_json::from_slice(&serde_json::to_vec(&saved).expect("serialise")).expect("read back")
 }
 
 /// The view the next command finds after one that applied `desired` to an empty kernel.
-fn view_after_apply(
-    setup: &Setup,
-    backend: &'static dyn Backend,
-    desired: &State,
-) -> view::SavedView {
+fn view_after_apply(setup: &Setup, backend: &'static dyn Backend, desired: &State) -> view::View {
     let dataplane = setup.dataplane(backend);
     let mut observed = view::observe(&dataplane, None);
     assert_eq!(observed.read, Read::Whole, "{backend}");
@@ -862,9 +858,9 @@ fn a_view_of_another_backend_or_families_is_not_read() {
     let observed = view::observe(&setup.dataplane(NFT), Some(kept(saved)));
     assert_eq!(observed.read, Read::Whole, "another backend's view");
     let only_v4 = Dataplane::new(NATIVE, &setup.fake, vec![IpFamily::V4], setup.dir.path());
-    let saved: view::SavedView = serde_json::from_slice(&json).expect("read back");
+    let saved: view::View = serde_json::from_slice(&json).expect("read back");
     assert_eq!(view::observe(&only_v4, Some(saved)).read, Read::Whole);
-    let saved: view::SavedView = serde_json::from_slice(&json).expect("read back");
+    let saved: view::View = serde_json::from_slice(&json).expect("read back");
     assert_eq!(
         view::observe(&setup.dataplane(NATIVE), Some(saved)).read,
         Read::Cached

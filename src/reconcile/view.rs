@@ -1,72 +1,177 @@
-//! The command line's view of the kernel: what one command read or wrote of our part of the
-//! kernel, kept under the state directory with the kernel's sign at that moment, so that the
-//! next command can plan against it instead of reading every rule again, as the daemon does
-//! with its cached view ([`super::Cached`]).
+//! The view of the kernel: what we last read or wrote of our part of the kernel, at a sign of
+//! the kernel's, so that the next reconcile can plan against it instead of reading every rule
+//! again (Felix's table syncer keeps the same). One type, [`View`], with one life cycle; the
+//! daemon keeps its view in memory, the command line in the state directory.
 //!
-//! A view is used only while it is certainly still the kernel's:
+//! * **Taken** after a whole reading, only when the sign did not move while the rules were
+//!   read; or after a write, only when the sign moved by that write alone: an nf_tables
+//!   generation by exactly the transactions the write committed, an x_tables digest under the
+//!   xtables lock held from the reading before the write to the reading after it.
+//! * **Used** only while it is certainly still the kernel's: it names the program's version,
+//!   the backend, the families and the network namespace it was taken in (the boot's id and
+//!   the namespace's cookie, which no other namespace of the boot has), and the kernel's sign
+//!   now is the view's. What the sign does not cover (ipsets, for the iptables backends) is
+//!   read again every time.
+//! * **Dropped** on anything else: a backend without a sign, a sign that cannot be read, a
+//!   lock that cannot be taken, a foreign commit, a failed write, a repair. The next reconcile
+//!   then reads the whole kernel.
 //!
-//! * it names the backend, the families, the program's version and the network namespace it
-//!   was taken in (the boot's id and the namespace's cookie, which no other namespace of the
-//!   boot has): a view of another namespace or another boot is never read;
-//! * the kernel's nf_tables generation now is the view's: it moves with every commit anyone
-//!   makes in the namespace. What it does not cover (ipsets, for iptables-nft) is read every
-//!   time.
-//!
-//! A view is kept after a whole reading only when the generation did not move while it was
-//! read, and after a write only when it moved by exactly the transactions the write committed.
-//! Anything else keeps no view, and the next command reads the whole kernel.
-//!
-//! iptables-legacy keeps none: x_tables have no generation, and the digest the daemon reads
-//! instead ([`crate::dataplane::xtables::digest`]) is keyed with secrets of the process that
-//! takes it, so it means nothing to the next command. Its saves are also the cheapest reading
-//! of the three backends.
+//! A view kept on disk (`Lasting::Disk`) needs the nf_tables generation: the x_tables digest
+//! ([`crate::dataplane::xtables::digest`]) is keyed with secrets of the process that takes it,
+//! so it means nothing to the next command, and the command line does not hold the xtables
+//! lock between a plan and its write. iptables-legacy's saves are also the cheapest reading of
+//! the three backends.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Read, Stamp, read_sign};
-use crate::dataplane::{Coverage, Dataplane, DataplaneError, Sign};
+use super::{Outcome, Read, ReconcileError, apply_against, reconcile};
+use crate::dataplane::{Coverage, Dataplane, DataplaneError, Hold, Host, Sign, Stamp};
 use crate::model::IpFamily;
 use crate::state::State;
 
 /// The view's format and the program's version: a view another version wrote is not read.
-const FORMAT: &str = concat!("view 1, nodeport-guard ", env!("CARGO_PKG_VERSION"));
+const FORMAT: &str = concat!("view 2, nodeport-guard ", env!("CARGO_PKG_VERSION"));
 
-/// What a command read or wrote of our part of the kernel, at a sign of the kernel's.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SavedView {
-    /// [`FORMAT`].
-    format: String,
-    /// The backend that read or wrote it.
-    backend: String,
-    /// The families it covers.
-    families: Vec<IpFamily>,
-    /// The namespace it was taken in ([`crate::dataplane::Runner::namespace_identity`]).
-    namespace: String,
-    /// The kernel's sign then.
-    sign: Stamp,
-    /// Our part of the kernel then, without counters.
-    state: State,
+/// How long a view is to last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lasting {
+    /// While this process runs (the daemon).
+    Process,
+    /// From one command to the next (the state directory).
+    Disk,
 }
 
-impl SavedView {
-    fn new(dataplane: &Dataplane<'_>, namespace: String, sign: Stamp, state: &State) -> Self {
-        SavedView {
+/// What a view was taken of: a view is only ever read by the same program, of the same
+/// backend's families, in the same network namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Origin {
+    format: String,
+    backend: String,
+    families: Vec<IpFamily>,
+    /// [`crate::dataplane::Kernel::namespace_identity`]; a view on disk always has one.
+    namespace: Option<String>,
+}
+
+impl Origin {
+    fn of(dataplane: &Dataplane<'_>, namespace: Option<String>) -> Origin {
+        Origin {
             format: FORMAT.to_owned(),
             backend: dataplane.backend.name().to_owned(),
             families: dataplane.families.clone(),
             namespace,
-            sign,
-            state: state.without_counters(),
+        }
+    }
+}
+
+/// What the kernel held of ours at a sign of the kernel's (see the module's documentation).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct View {
+    origin: Origin,
+    sign: Stamp,
+    /// Without counters. The daemon's view shares the desired state it wrote rather than
+    /// keeping a copy.
+    state: Arc<State>,
+}
+
+/// The first reading of the kernel before a plan: the sign, what it does not cover (ipsets)
+/// read beside it when there is a view to trust, and for iptables-legacy the xtables lock,
+/// held from then on. The daemon takes it on a thread while it compiles (the x_tables digest
+/// takes tens of milliseconds at thousands of rules) and hands it to [`reconcile_after`].
+pub struct FirstRead<'r> {
+    /// The host holding the xtables lock (iptables-legacy).
+    locked: Option<Box<dyn Host + 'r>>,
+    /// What a view taken now would be of, and the sign then; `None`: no sign to trust (none
+    /// read, or the lock not taken).
+    start: Option<(Origin, Stamp)>,
+    /// The view refreshed, read at the start.
+    refreshed: Option<Result<State, DataplaneError>>,
+}
+
+impl<'r> FirstRead<'r> {
+    /// The daemon's first reading, with its `cached` view.
+    pub fn take(dataplane: &Dataplane<'r>, cached: Option<&View>) -> FirstRead<'r> {
+        FirstRead::lasting(dataplane, cached, Lasting::Process)
+    }
+
+    fn lasting(
+        dataplane: &Dataplane<'r>,
+        cached: Option<&View>,
+        lasting: Lasting,
+    ) -> FirstRead<'r> {
+        let unsigned = FirstRead {
+            locked: None,
+            start: None,
+            refreshed: None,
+        };
+        if dataplane.backend.sign_covers() == Coverage::Nothing
+            || (lasting == Lasting::Disk && dataplane.backend.sign() != Sign::NfGeneration)
+        {
+            return unsigned;
+        }
+        let namespace = dataplane.kernel.namespace_identity();
+        if lasting == Lasting::Disk && namespace.is_none() {
+            return unsigned;
+        }
+        let origin = Origin::of(dataplane, namespace);
+        let cached = cached.filter(|view| view.origin == origin);
+        let locked = match dataplane.backend.hold_writers_off(dataplane.kernel) {
+            Hold::Unneeded => None,
+            Hold::Held(host) => Some(host),
+            Hold::Unavailable => return unsigned,
+        };
+        let reader = under(dataplane, locked.as_deref());
+        let (start, refreshed) = match cached {
+            Some(cached) => std::thread::scope(|scope| {
+                let refreshed = scope.spawn(|| reader.backend.refresh(&reader, &cached.state));
+                let start = reader.sign();
+                (start, Some(crate::dataplane::runner::joined(refreshed)))
+            }),
+            None => (reader.sign(), None),
+        };
+        FirstRead {
+            locked,
+            start: start.map(|start| (origin, start)),
+            refreshed,
         }
     }
 
-    /// Whether this view was taken by this program of this backend's families in this
-    /// namespace (its sign is another question).
-    fn is_of(&self, dataplane: &Dataplane<'_>, namespace: &str) -> bool {
-        self.format == FORMAT
-            && self.backend == dataplane.backend.name()
-            && self.families == dataplane.families
-            && self.namespace == namespace
+    /// Reads the kernel through `reader` (under the lock this holds): `cached`, refreshed,
+    /// when the sign is still its, else whole.
+    fn observe(
+        start: Option<(Origin, Stamp)>,
+        refreshed: Option<Result<State, DataplaneError>>,
+        reader: &Dataplane<'_>,
+        cached: Option<View>,
+    ) -> Observation {
+        let Some((origin, start)) = start else {
+            return Observation::whole(reader.observe(), None);
+        };
+        match (cached, refreshed) {
+            (Some(cached), Some(refreshed)) if cached.origin == origin && cached.sign == start => {
+                Observation {
+                    state: refreshed,
+                    read: Read::Cached,
+                    valid: Some((origin, start)),
+                    save: None,
+                }
+            }
+            _ => {
+                let state = reader.observe();
+                // Read in one piece only if nothing changed while it was read.
+                let unmoved = reader.sign() == Some(start);
+                Observation::whole(state, unmoved.then_some((origin, start)))
+            }
+        }
+    }
+}
+
+/// `dataplane`, under the xtables lock when `locked` holds it.
+fn under<'s>(dataplane: &Dataplane<'s>, locked: Option<&'s dyn Host>) -> Dataplane<'s> {
+    match locked {
+        Some(host) => dataplane.holding(host),
+        None => dataplane.clone(),
     }
 }
 
@@ -75,81 +180,110 @@ impl SavedView {
 pub struct Observation {
     /// Our part of the kernel.
     pub state: Result<State, DataplaneError>,
-    /// Whether it was read whole or taken from the saved view.
+    /// Whether it was read whole or taken from the view.
     pub read: Read,
-    /// The namespace and the nf_tables generation it was read at, when a write may keep a
-    /// view after it ([`after_write`]), and the families read.
-    start: Option<(String, Stamp, Vec<IpFamily>)>,
-    /// A view to save: the state, read whole while the sign stood still.
-    pub save: Option<SavedView>,
+    /// What a view of `state` is of, and the sign at which `state` is the kernel's, when that
+    /// is certain.
+    valid: Option<(Origin, Stamp)>,
+    /// A view to keep: the state, read whole while the sign stood still.
+    pub save: Option<View>,
 }
 
 impl Observation {
-    fn whole(state: Result<State, DataplaneError>) -> Observation {
+    fn whole(state: Result<State, DataplaneError>, valid: Option<(Origin, Stamp)>) -> Observation {
         Observation {
             state,
             read: Read::Whole,
-            start: None,
+            valid,
             save: None,
         }
     }
 }
 
-/// Reads our part of the kernel: from `saved` when it is still the kernel's (and what the
-/// sign does not cover read again), else whole, keeping a view of it when that is certain.
-pub fn observe(dataplane: &Dataplane<'_>, saved: Option<SavedView>) -> Observation {
-    if dataplane.backend.sign_covers() == Coverage::Nothing
-        || dataplane.backend.sign() != Sign::NfGeneration
-    {
-        return Observation::whole(dataplane.observe());
-    }
-    let Some(namespace) = dataplane.runner.namespace_identity() else {
-        return Observation::whole(dataplane.observe());
-    };
-    let saved = saved.filter(|view| view.is_of(dataplane, &namespace));
-    let Some(start) = read_sign(dataplane) else {
-        return Observation::whole(dataplane.observe());
-    };
-    if let Some(view) = saved
-        && view.sign == start
-    {
-        return Observation {
-            state: dataplane.backend.refresh(dataplane, &view.state),
-            read: Read::Cached,
-            start: Some((namespace, start, dataplane.families.clone())),
-            save: None,
-        };
-    }
-    let state = dataplane.observe();
-    let unmoved = read_sign(dataplane) == Some(start);
-    let save = match (&state, unmoved) {
-        (Ok(state), true) => Some(SavedView::new(dataplane, namespace.clone(), start, state)),
-        _ => None,
-    };
-    Observation {
-        state,
-        read: Read::Whole,
-        start: unmoved.then(|| (namespace, start, dataplane.families.clone())),
-        save,
-    }
+/// The view after a write that committed `commits` nf_tables transactions and was verified,
+/// from a kernel read at `valid`: `desired`, when the sign moved by that write alone.
+fn view_after(
+    valid: (Origin, Stamp),
+    dataplane: &Dataplane<'_>,
+    commits: u32,
+    desired: Arc<State>,
+) -> Option<View> {
+    let (origin, from) = valid;
+    let now = dataplane.sign()?;
+    now.follows(from, commits).then_some(View {
+        origin,
+        sign: now,
+        state: desired,
+    })
 }
 
-/// The view to keep after a write that committed `commits` nf_tables transactions and was
-/// verified: `desired`, when the generation moved from the observation's by exactly those.
+/// The command line's reading of our part of the kernel: from `saved` when it is still the
+/// kernel's (and what the sign does not cover read again), else whole, keeping a view of it
+/// when that is certain.
+pub fn observe(dataplane: &Dataplane<'_>, saved: Option<View>) -> Observation {
+    let first = FirstRead::lasting(dataplane, saved.as_ref(), Lasting::Disk);
+    let mut observed = FirstRead::observe(first.start, first.refreshed, dataplane, saved);
+    if let (Read::Whole, Some((origin, sign)), Ok(state)) =
+        (observed.read, &observed.valid, &observed.state)
+    {
+        observed.save = Some(View {
+            origin: origin.clone(),
+            sign: *sign,
+            state: Arc::new(state.without_counters()),
+        });
+    }
+    observed
+}
+
+/// The command line's view after a write from `observed` that committed `commits` nf_tables
+/// transactions and was verified.
 pub fn after_write(
     dataplane: &Dataplane<'_>,
     observed: &Observation,
     commits: u32,
     desired: &State,
-) -> Option<SavedView> {
-    let (namespace, start, families) = observed.start.clone()?;
-    let now = read_sign(dataplane)?;
-    let observer = Dataplane::new(
-        dataplane.backend,
-        dataplane.runner,
-        families,
-        &dataplane.state_dir,
-    );
-    (matches!(start, Stamp::Generation(_)) && now.follows(start, commits))
-        .then(|| SavedView::new(&observer, namespace, now, desired))
+) -> Option<View> {
+    let valid = observed.valid.clone()?;
+    view_after(
+        valid,
+        dataplane,
+        commits,
+        Arc::new(desired.without_counters()),
+    )
+}
+
+/// Like [`reconcile`], planning against the `cache` the daemon keeps when the kernel's sign
+/// says the kernel has not changed since it was taken, and leaving in `cache` what the kernel
+/// holds afterwards when that is certain (see the module's documentation).
+pub fn reconcile_cached(
+    dataplane: &Dataplane<'_>,
+    desired: &Arc<State>,
+    cache: &mut Option<View>,
+) -> Result<(Outcome, Read), ReconcileError> {
+    let first = FirstRead::take(dataplane, cache.as_ref());
+    reconcile_after(dataplane, desired, cache, first)
+}
+
+/// [`reconcile_cached`] after its [`FirstRead`], taken of the same kernel with the `cache` of
+/// now.
+pub fn reconcile_after(
+    dataplane: &Dataplane<'_>,
+    desired: &Arc<State>,
+    cache: &mut Option<View>,
+    first: FirstRead<'_>,
+) -> Result<(Outcome, Read), ReconcileError> {
+    let cached = cache.take();
+    if first.start.is_none() {
+        return reconcile(dataplane, desired).map(|outcome| (outcome, Read::Whole));
+    }
+    let dataplane = under(dataplane, first.locked.as_deref());
+    let Observation {
+        state, read, valid, ..
+    } = FirstRead::observe(first.start, first.refreshed, &dataplane, cached);
+    let outcome = apply_against(&dataplane, desired, state.map_err(ReconcileError::Observe)?)?;
+    // Written and verified, or found to need nothing: either way the kernel holds what the
+    // planner compares of `desired`, so the view shares it rather than keeping a copy.
+    *cache =
+        valid.and_then(|valid| view_after(valid, &dataplane, outcome.commits, Arc::clone(desired)));
+    Ok((outcome, read))
 }

@@ -71,7 +71,6 @@ pub struct Logged {
 /// What one read brought.
 #[derive(Debug, Default)]
 pub struct Batch {
-    /// The packets.
     pub packets: Vec<Logged>,
     /// Packets the kernel numbered but that never arrived (the socket's buffer overflowed),
     /// as far as the sequence numbers tell.
@@ -84,19 +83,13 @@ pub enum BindError {
     /// Another socket holds it (the kernel allows one per group and network namespace).
     #[error("NFLOG group {group} is held by another program: {holder}")]
     Held {
-        /// The group.
         group: u16,
         /// Who, as far as `/proc` tells.
         holder: String,
     },
     /// Anything else: no permission, no nfnetlink_log, …
     #[error("cannot listen on NFLOG group {group}: {error}")]
-    Other {
-        /// The group.
-        group: u16,
-        /// The error.
-        error: io::Error,
-    },
+    Other { group: u16, error: io::Error },
 }
 
 /// A netlink socket bound to some NFLOG groups.

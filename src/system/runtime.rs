@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::AppliedIndex;
 use crate::dataplane::Backend;
 use crate::model::IpFamily;
-use crate::reconcile::view::SavedView;
+use crate::reconcile::View;
 use crate::state::State;
 
 /// The file of [`StateDir::view`].
@@ -56,7 +56,7 @@ impl StateDir {
         StateDir { path: path.into() }
     }
 
-    /// Its path.
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -208,7 +208,7 @@ impl StateDir {
 
     /// The view of the kernel the last command kept ([`crate::reconcile::view`]); `None`
     /// when there is none or it cannot be read (a damaged view is only a slower command).
-    pub fn view(&self) -> Option<SavedView> {
+    pub fn view(&self) -> Option<View> {
         self.read_json(VIEW)
             .inspect_err(|error| tracing::debug!("ignoring the saved view: {error:#}"))
             .ok()
@@ -217,7 +217,7 @@ impl StateDir {
 
     /// Keeps `view` for the next command; a state directory that cannot be written only
     /// makes the next command read the whole kernel.
-    pub fn set_view(&self, view: &SavedView) {
+    pub fn set_view(&self, view: &View) {
         let written = self.ensure().and_then(|()| {
             // Named after this process: two commands saving at once each rename a whole file.
             let path = self.file(VIEW);

@@ -49,7 +49,7 @@ pub struct Packet {
     pub dport: Option<u16>,
     /// ICMP type (ICMP, ICMPv6).
     pub icmp_type: Option<u8>,
-    /// ICMP code.
+    /// ICMP code, with `icmp_type`; `None` matches any code.
     pub icmp_code: Option<u8>,
     /// The interface it arrives on (inbound, forward); `None`: one without an endpoint of its
     /// own.
@@ -178,7 +178,7 @@ pub struct Stage {
     pub hook: &'static str,
     /// What this table judges, in words.
     pub judges: &'static str,
-    /// The steps.
+    /// Each chain and rule the packet went through, in order.
     pub steps: Vec<Step>,
 }
 
@@ -188,7 +188,7 @@ pub struct Stage {
 pub struct Logged {
     /// The NFLOG group.
     pub group: u16,
-    /// The prefix.
+    /// The NFLOG prefix, as `drops` and `nflog` show it.
     pub prefix: String,
 }
 
@@ -196,7 +196,7 @@ pub struct Logged {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Trace {
-    /// The packet.
+    /// The packet as traced, with what was left out filled in.
     pub packet: Packet,
     /// `IPv4` or `IPv6`.
     pub family: String,

@@ -100,7 +100,7 @@ pub fn validate(
 /// One file's resources, as [`validate_files`] takes them.
 #[derive(Clone, Debug)]
 pub struct FileInput<'a> {
-    /// The file.
+    /// The file, for diagnostics' positions.
     pub file: FileId,
     /// Its resources, in document order.
     pub resources: Resources<'a>,

@@ -11,7 +11,7 @@ use super::Daemon;
 use crate::daemon::expiry::{Expiries, ManualClock};
 use crate::daemon::{Event, metrics};
 use crate::dataplane::fake::FakeKernel;
-use crate::dataplane::{Backend, Runner};
+use crate::dataplane::{Backend, Host};
 use crate::fixtures::{self, WHITELIST, each_backend};
 use crate::grants::{Grant, GrantProtocol};
 use crate::system::runtime::StateDir;
@@ -35,7 +35,7 @@ impl Harness {
         std::fs::create_dir(&policies).expect("policies");
         let settings = fixtures::settings(&policies, &dir.path().join("state"), backend);
         let kernel = Arc::new(FakeKernel::new());
-        let runner: Arc<dyn Runner> = kernel.clone();
+        let runner: Arc<dyn Host> = kernel.clone();
         let state_dir = StateDir::new(&settings.state_dir);
         let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
         let mut daemon = Daemon::new(settings, backend, runner, state_dir, metrics);

@@ -29,7 +29,7 @@ use super::{Output, Runner};
 /// One command the fake ran.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
-    /// The program.
+    /// The program as named (`iptables-nft-restore`, `ipset`, `nft`).
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
@@ -422,7 +422,10 @@ impl Runner for FakeKernel {
     fn exists(&self, program: &str) -> bool {
         PROGRAMS.contains(&program)
     }
+}
 
+/// What a fake kernel tells without a program, read from its own state.
+impl super::Kernel for FakeKernel {
     fn nft_generation(&self) -> Option<u32> {
         Some(self.lock().kernel.generation)
     }
@@ -443,7 +446,7 @@ impl Runner for FakeKernel {
 
     /// Nobody else writes this kernel but [`FakeKernel::foreign`], whose callers stand for a
     /// program that ignores the lock.
-    fn holding_xtables_lock(&self) -> Option<Box<dyn Runner + '_>> {
+    fn holding_xtables_lock(&self) -> Option<Box<dyn super::Host + '_>> {
         Some(Box::new(self))
     }
 }

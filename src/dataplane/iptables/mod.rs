@@ -119,7 +119,7 @@ impl Backend for Iptables {
         apply(self, dataplane, plan)
     }
 
-    /// What the read-back of [`observe_written`] covers: the chains, kernel chains and sets
+    /// What the read-back of [`Backend::observe_written`] covers: the chains, kernel chains and sets
     /// the plan names, or every table and set it names when it read them whole (iptables
     /// writes one table of one family per restore, so nothing else can have changed).
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
@@ -390,8 +390,7 @@ fn apply(
         let script = table_script(table);
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
         let lock = super::xtables::lock_path();
-        let busy =
-            iptables.legacy && !dataplane.runner.holds_xtables_lock() && xtables_lock_busy(&lock);
+        let busy = iptables.legacy && !dataplane.holds_xtables_lock && xtables_lock_busy(&lock);
         if busy {
             tracing::warn!(
                 table = %table.key,

@@ -77,7 +77,7 @@ impl Backend for Nftables {
 
     /// Every table and set of a family the plan touched: one transaction may rebuild a
     /// family's whole table.
-    /// What the read-back of [`observe_written`] covers: the chains, base chains and sets the
+    /// What the read-back of [`Backend::observe_written`] covers: the chains, base chains and sets the
     /// plan names, or the whole tables of the families it touched when it was read whole.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan {
         if written_objects(written).is_some() {
