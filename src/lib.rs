@@ -18,6 +18,7 @@ pub(crate) mod daemon;
 pub mod dataplane;
 pub mod diagnostic;
 pub(crate) mod digest;
+pub mod disk_cache;
 pub(crate) mod drops;
 pub(crate) mod engine;
 pub(crate) mod exposure;

@@ -15,7 +15,7 @@ use crate::selector::Selector;
 use crate::source::{FileId, Span};
 
 /// Where a resource or rule was written, for warnings that point back at the input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Origin {
     /// The file it was read from (see [`FileId`]).
     pub file: FileId,
@@ -30,7 +30,7 @@ pub type Labels = BTreeMap<String, String>;
 ///
 /// Its fields are private and it has no public constructor: outside the crate a `Model` comes
 /// only from `validate::validate`, and inside it only `validate` calls `Model::from_checked`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Model {
     /// Tiers in evaluation order (by `order`, then by name), the built-in ones among them.
     tiers: Vec<Tier>,
@@ -172,7 +172,7 @@ impl fmt::Display for IpFamily {
 }
 
 /// Where a policy runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PolicyKind {
     /// Normal policy: filter `INPUT`/`OUTPUT` (and `FORWARD` with `applyOnForward`), default
     /// deny at the end.
@@ -205,7 +205,7 @@ impl fmt::Display for Direction {
 }
 
 /// A `GlobalNetworkPolicy`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Policy {
     /// The policy's name (an RFC 1123 subdomain).
     pub name: String,
@@ -214,6 +214,7 @@ pub struct Policy {
     /// Where `spec.tier` was written, if it was.
     pub tier_origin: Option<Origin>,
     /// `order`; `None` runs after every ordered policy.
+    #[serde(with = "exact_float::optional")]
     pub order: Option<f64>,
     /// Which host endpoints it applies to.
     pub selector: Selector,
@@ -253,7 +254,7 @@ impl Policy {
 
 /// A `StagedGlobalNetworkPolicy` with `stagedAction: Delete`: it stages the removal of the
 /// enforced policy of its name, and has nothing to evaluate.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StagedDeletion {
     /// The policy's name.
     pub name: String,
@@ -276,9 +277,10 @@ pub const GRANTED_BY_ANNOTATION: &str = "nodeport-guard.io/granted-by";
 pub const REASON_ANNOTATION: &str = "nodeport-guard.io/reason";
 
 /// When a resource stops counting, and what its other grant annotations say.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Expiry {
     /// The instant from which on the resource is left out.
+    #[serde(with = "timestamp_text")]
     pub at: jiff::Timestamp,
     /// Where the annotation's value was written.
     pub origin: Origin,
@@ -312,11 +314,12 @@ pub const BUILTIN_TIERS: [(&str, f64, TierAction); 3] = [
 
 /// A tier: policies that run as a group, tiers one after the other in `order`. A `Pass` rule
 /// ends its policy's tier; a tier ends in its `defaultAction` for normal policy.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tier {
     /// Its name (a DNS label: policies outside `default` are named `<tier>.<name>`).
     pub name: String,
     /// `order` (Calico's 1000000 when the file has none): lower runs first.
+    #[serde(with = "exact_float")]
     pub order: f64,
     /// What happens to a packet no policy of the tier decided, for normal policy.
     pub default_action: TierAction,
@@ -345,7 +348,7 @@ impl Tier {
 }
 
 /// A tier's `defaultAction`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TierAction {
     /// Drop what no policy of the tier allowed or passed (Calico's default).
     Deny,
@@ -387,7 +390,9 @@ impl fmt::Display for Action {
 }
 
 /// An IP protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Protocol {
     /// TCP (6).
     Tcp,
@@ -462,7 +467,7 @@ impl fmt::Display for Protocol {
 }
 
 /// An ICMP type and optional code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct IcmpMatch {
     /// Type, 0–254.
     pub icmp_type: u8,
@@ -471,7 +476,9 @@ pub struct IcmpMatch {
 }
 
 /// One entry of `ports` / `notPorts`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Port {
     /// One port number.
     Single(u16),
@@ -492,7 +499,7 @@ impl fmt::Display for Port {
 }
 
 /// `source` or `destination` of a rule. Every condition present must hold.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EntityRule {
     /// The address is in one of these networks (empty: no condition).
     pub nets: Vec<IpNet>,
@@ -521,7 +528,7 @@ impl EntityRule {
 }
 
 /// A policy rule.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rule {
     /// What happens on a match.
     pub action: Action,
@@ -619,7 +626,7 @@ impl Rule {
 }
 
 /// A `GlobalNetworkSet`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NetworkSet {
     /// `metadata.name`; the set's ipsets are named after it.
     pub name: String,
@@ -634,7 +641,9 @@ pub struct NetworkSet {
 }
 
 /// The interface a host endpoint stands for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum EndpointInterface {
     /// `interfaceName: "*"`: every interface of the host.
     All,
@@ -645,7 +654,7 @@ pub enum EndpointInterface {
 }
 
 /// A named port of a host endpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct NamedPort {
     /// Name rules refer to.
     pub name: String,
@@ -656,7 +665,7 @@ pub struct NamedPort {
 }
 
 /// A `HostEndpoint`, explicit or the implicit one of this host.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct HostEndpoint {
     /// Name (`<node>-implicit` for the implicit endpoint).
     pub name: String,
@@ -675,4 +684,57 @@ pub struct HostEndpoint {
     pub default_allow: bool,
     /// Where it was written; `None` for the implicit endpoint.
     pub origin: Option<Origin>,
+}
+
+/// A timestamp as its RFC 3339 text, for the command line's cache of validated files.
+mod timestamp_text {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        at: &jiff::Timestamp,
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        out.collect_str(at)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<jiff::Timestamp, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(input)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A float as its bits, so that it reads back exactly whatever the JSON reader rounds.
+mod exact_float {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &f64, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_u64(value.to_bits())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<f64, D::Error> {
+        u64::deserialize(input).map(f64::from_bits)
+    }
+
+    pub(super) mod optional {
+        use serde::{Deserialize as _, Deserializer, Serializer};
+
+        #[allow(clippy::ref_option)] // serde's `with` hands a reference to the field
+        pub(crate) fn serialize<S: Serializer>(
+            value: &Option<f64>,
+            out: S,
+        ) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(value) => out.serialize_some(&value.to_bits()),
+                None => out.serialize_none(),
+            }
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            input: D,
+        ) -> Result<Option<f64>, D::Error> {
+            Option::<u64>::deserialize(input).map(|bits| bits.map(f64::from_bits))
+        }
+    }
 }

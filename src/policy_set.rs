@@ -167,19 +167,159 @@ fn file_inputs<'a>(
 /// Validates policy files given as texts (the files an apply recorded), as [`load()`] validates
 /// what it reads, at the instant `now` (for the files an apply recorded: when it applied them).
 pub fn from_files(files: &[crate::counters::PolicyFile], now: jiff::Timestamp) -> PolicySet {
+    from_files_through(files, now, &NoStore)
+}
+
+/// [`from_files`] through `store`.
+pub fn from_files_through(
+    files: &[crate::counters::PolicyFile],
+    now: jiff::Timestamp,
+    store: &dyn Store,
+) -> PolicySet {
     let mut loaded = load::Loaded::default();
     for file in files {
-        let id = loaded.sources.add(crate::source::SourceFile::new(
+        loaded.sources.add(crate::source::SourceFile::new(
             &file.path,
             file.text.clone(),
         ));
-        let (resources, diagnostics) = load::parse_file(id, loaded.sources.get(id));
+    }
+    let parse: Vec<FileId> = loaded.sources.iter().map(|(file, _)| file).collect();
+    through(loaded, &parse, now, store)
+}
+
+/// What validation made of a whole set of files, as a [`Store`] keeps it: a pure function of
+/// the files' paths and texts (validation asks nothing of the system, the config or the host).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ValidatedFiles {
+    /// The model as validated, with the resources that expire (what is in force is decided
+    /// at each read).
+    pub validated: Model,
+    /// The diagnostics of validation.
+    pub validation: Vec<Diagnostic>,
+    /// The diagnostics of parsing.
+    pub parse: Vec<Diagnostic>,
+}
+
+/// A keeper of validated policy sets across processes (the command line's cache in the state
+/// directory), by the key [`files_key`] gives. Only a shortcut: a miss, or anything it cannot
+/// give back exactly, makes the set validated in full.
+pub trait Store {
+    /// What was kept for `key`.
+    fn get(&self, key: &str) -> Option<ValidatedFiles>;
+    /// Keeps `value` for `key`; a failure only makes the next read slower.
+    fn put(&self, key: &str, value: &ValidatedFiles);
+}
+
+/// The store that keeps nothing.
+struct NoStore;
+
+impl Store for NoStore {
+    fn get(&self, _: &str) -> Option<ValidatedFiles> {
+        None
+    }
+
+    fn put(&self, _: &str, _: &ValidatedFiles) {}
+}
+
+/// The key of a set of files for a [`Store`]: the program's version and the format of what is
+/// kept, then every file's path and text in the order read (which decides the files' ids).
+pub fn files_key(sources: &Sources) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(concat!(env!("CARGO_PKG_VERSION"), "\0validated-files 1\0"));
+    for (_, file) in sources.iter() {
+        let path = file.path.as_os_str().as_encoded_bytes();
+        for part in [path, file.text.as_bytes()] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+    }
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hasher.finalize())
+}
+
+/// [`load_with`] through `store`: when it holds the validation of exactly the files read,
+/// they are neither parsed nor checked. The result is the same as [`load_with`]'s.
+pub fn load_through(paths: &[PathBuf], options: load::LoadOptions, store: &dyn Store) -> PolicySet {
+    // Every file is read and none parsed; the ones read are parsed below unless the store
+    // knows the whole set.
+    let mut parse = Vec::new();
+    let loaded = load::load_paths_known(paths, options, &mut |_, file, _| {
+        parse.push(file);
+        true
+    });
+    through(loaded, &parse, options.now, store)
+}
+
+/// The policy set of the files in `loaded` (those in `parse` still to be parsed), from
+/// `store` when it knows them, else parsed, validated and given to `store` when valid.
+fn through(
+    mut loaded: load::Loaded,
+    parse: &[FileId],
+    now: jiff::Timestamp,
+    store: &dyn Store,
+) -> PolicySet {
+    let read_whole = !diagnostic::has_errors(&loaded.diagnostics);
+    let key = read_whole.then(|| files_key(&loaded.sources));
+    if let Some(key) = &key
+        && let Some(kept) = store.get(key)
+    {
+        if !fits(&kept, &loaded.sources) {
+            tracing::debug!("ignoring a cached validation that does not fit the files read");
+        } else {
+            tracing::debug!("the policy files were validated before: not parsed again");
+            // As a full read orders them: validation's first, then the reader's and the parser's.
+            loaded.diagnostics.extend(kept.parse);
+            return assembled(loaded, kept.validated, kept.validation, now);
+        }
+    }
+    let mut parsed = Vec::new();
+    for &file in parse {
+        let (resources, diagnostics) = load::parse_file(file, loaded.sources.get(file));
         loaded
             .resources
-            .extend(resources.into_iter().map(|resource| (id, resource)));
-        loaded.diagnostics.extend(diagnostics);
+            .extend(resources.into_iter().map(|resource| (file, resource)));
+        parsed.extend(diagnostics);
     }
-    validated(loaded, now)
+    let (validated, validation) = validate::validate(&loaded.sources, &loaded.resources);
+    if let Some(key) = key
+        && !diagnostic::has_errors(&validation)
+        && !diagnostic::has_errors(&parsed)
+    {
+        store.put(
+            &key,
+            &ValidatedFiles {
+                validated: validated.clone(),
+                validation: validation.clone(),
+                parse: parsed.clone(),
+            },
+        );
+    }
+    loaded.diagnostics.extend(parsed);
+    assembled(loaded, validated, validation, now)
+}
+
+/// Whether what a store gave back can belong to `sources`: every diagnostic and every
+/// resource's origin points into them, and no diagnostic is an error (only valid sets are
+/// kept). The key and the store's own checksum vouch for the rest.
+fn fits(kept: &ValidatedFiles, sources: &Sources) -> bool {
+    let inside = |file: FileId| file.0 < sources.len();
+    let model = &kept.validated;
+    let policies = model.policies().iter().chain(model.staged_policies());
+    kept.validation.iter().chain(&kept.parse).all(|diagnostic| {
+        diagnostic.severity == diagnostic::Severity::Warning && diagnostic.file.is_none_or(inside)
+    }) && policies.clone().all(|policy| inside(policy.origin.file))
+        && policies
+            .flat_map(|policy| policy.ingress.iter().chain(&policy.egress).flatten())
+            .all(|rule| inside(rule.origin.file))
+        && model
+            .network_sets()
+            .iter()
+            .all(|set| inside(set.origin.file))
+        && model
+            .host_endpoints()
+            .iter()
+            .all(|endpoint| endpoint.origin.is_none_or(|origin| inside(origin.file)))
 }
 
 /// Validates what was read into a policy set, at the instant `now`.

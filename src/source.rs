@@ -10,7 +10,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A half-open byte range `[start, end)` into a [`SourceFile`]'s text.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Span {
     /// First byte of the range.
     pub start: usize,
@@ -137,7 +149,9 @@ impl fmt::Display for LineColumn {
 }
 
 /// Index of a file in a [`Sources`] collection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct FileId(pub usize);
 
 /// Every source file of one run, so diagnostics can refer to them by [`FileId`].

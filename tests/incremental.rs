@@ -2,7 +2,8 @@
 //! full compile and render give, over random sequences of edits to a policy directory: policies
 //! added, removed, changed, moved between files and tiers, staged; GlobalNetworkSets and
 //! HostEndpoints that rule selectors and named ports resolve against changed; the logged
-//! actions changed in the config.
+//! actions changed in the config. The incremental side reads the policies through the command
+//! line's cache of validated sets on disk (`disk_cache`), as `plan` and `apply` do.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -364,6 +365,10 @@ proptest! {
         let host = HostFacts::minimal("node1");
         let mut memo = Memo::default();
         let mut render_memos = [RenderMemo::default(), RenderMemo::default()];
+        // The incremental side reads the files through the command line's cache on disk (a
+        // miss, then a hit), so a model read back from it compiles as the full one does.
+        let state = tempfile::tempdir().expect("a state directory");
+        let disk = nodeport_guard::disk_cache::DiskCache::new(state.path());
         let mut valid_steps = 0;
         for edit in std::iter::once(None).chain(edits.iter().map(Some)) {
             if let Some(edit) = edit {
@@ -379,7 +384,11 @@ proptest! {
             valid_steps += 1;
             let config = world.config();
             let full = compile(&set.model, &config, &host);
-            let incremental = compile_with(&set.model, &config, &host, &mut memo);
+            let files = world.files();
+            policy_set::from_files_through(&files, jiff::Timestamp::UNIX_EPOCH, &disk);
+            let kept = policy_set::from_files_through(&files, jiff::Timestamp::UNIX_EPOCH, &disk);
+            prop_assert_eq!(format!("{:?}", set.model), format!("{:?}", kept.model));
+            let incremental = compile_with(&kept.model, &config, &host, &mut memo);
             prop_assert_eq!(format!("{full:?}"), format!("{incremental:?}"));
             for (spelling, render_memo) in SPELLINGS.iter().zip(&mut render_memos) {
                 let whole = desired(&full.ruleset, spelling);

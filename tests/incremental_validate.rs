@@ -1,11 +1,13 @@
 //! The daemon's cached read of the policy directory (files that did not change are neither
 //! parsed nor checked again) gives exactly what a full read gives, over random sequences of
 //! edits: files added, removed and rewritten, so that positions move, names collide across
-//! files, documents turn invalid or unparsable and back.
+//! files, documents turn invalid or unparsable and back. The command line's cache in the state
+//! directory (whole validated sets keyed by the digest of their files) is held to the same.
 
 use std::path::Path;
 
 use nodeport_guard::diagnostic::render_all;
+use nodeport_guard::disk_cache::DiskCache;
 use nodeport_guard::load::LoadOptions;
 use nodeport_guard::policy_set::{self, Cache, PolicySet};
 use proptest::prelude::*;
@@ -76,11 +78,23 @@ proptest! {
         let paths = [dir.path().to_path_buf()];
         let options = LoadOptions::default();
         let mut cache = Cache::default();
+        let state = tempfile::tempdir().unwrap();
+        let disk = DiskCache::new(state.path());
         for edit in &edits {
             apply(dir.path(), edit);
             let cached = policy_set::load_cached(&paths, options, &mut cache);
             let full = policy_set::load_with(&paths, options);
             prop_assert_eq!(outcome(&cached), outcome(&full));
+            // Through the disk cache: a miss then (for a valid set) a hit, and a hit of a set
+            // kept before the last edits when the edits bring its files back.
+            for _ in 0..2 {
+                let persisted = policy_set::load_through(&paths, options, &disk);
+                prop_assert_eq!(outcome(&persisted), outcome(&full));
+            }
+            // The files as an apply records them, through the same cache.
+            let files = nodeport_guard::counters::policy_files(&full.sources);
+            let recorded = policy_set::from_files_through(&files, options.now, &disk);
+            prop_assert_eq!(outcome(&recorded), outcome(&policy_set::from_files(&files, options.now)));
         }
     }
 }

@@ -120,9 +120,10 @@ pub fn run(
     }
     let mut changes = plan::plan(&target.desired, &observed);
     let model = model.or_else(|| {
-        let policies = policy_set::from_files(
+        let policies = policy_set::from_files_through(
             &target.index.policy_files,
             crate::counters::applied_instant(target.index.applied_at),
+            &engine.cache(),
         );
         policies.is_valid().then_some(policies.model)
     });

@@ -39,7 +39,8 @@ impl Engine<'_> {
             return Some(model.clone());
         }
         // At the instant they were applied: what had not expired then is in the kernel.
-        let set = policy_set::from_files(&files.policy_files, files.instant());
+        let set =
+            policy_set::from_files_through(&files.policy_files, files.instant(), &self.cache());
         if !set.is_valid() {
             return None;
         }

@@ -82,13 +82,23 @@ pub enum Compiling {
 /// Loads, validates and compiles the policy directory of `settings` for a host whose facts
 /// were read.
 pub fn compile(settings: &Settings, facts: &HostFacts) -> Compiling {
+    compile_through(settings, facts, None)
+}
+
+/// [`compile`], reading the policies through `store` when given.
+fn compile_through(
+    settings: &Settings,
+    facts: &HostFacts,
+    store: Option<&dyn policy_set::Store>,
+) -> Compiling {
     if !settings.config.policies_dir.is_dir() {
         return Compiling::MissingDirectory;
     }
-    let set = policy_set::load_with(
-        std::slice::from_ref(&settings.config.policies_dir),
-        settings.load,
-    );
+    let paths = std::slice::from_ref(&settings.config.policies_dir);
+    let set = match store {
+        Some(store) => policy_set::load_through(paths, settings.load, store),
+        None => policy_set::load_with(paths, settings.load),
+    };
     if !set.is_valid() {
         return Compiling::Invalid(set);
     }
@@ -173,6 +183,11 @@ impl<'a> Engine<'a> {
         )
     }
 
+    /// The command line's cache of validated policy sets, in the state directory.
+    pub fn cache(&self) -> crate::disk_cache::DiskCache {
+        crate::disk_cache::DiskCache::new(self.state_dir.path())
+    }
+
     /// The host's facts, as the compiler needs them.
     pub fn facts(&self) -> HostFacts {
         host_facts(&self.settings.config)
@@ -180,7 +195,7 @@ impl<'a> Engine<'a> {
 
     /// Loads, validates and compiles the policy directory for `facts`.
     pub fn prepare_for(&self, facts: &HostFacts) -> Result<Prepared, Rejected> {
-        let (set, compiled) = match compile(self.settings, facts) {
+        let (set, compiled) = match compile_through(self.settings, facts, Some(&self.cache())) {
             Compiling::MissingDirectory => {
                 return Err(Rejected::MissingDirectory(
                     self.settings.config.policies_dir.clone(),

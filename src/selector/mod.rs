@@ -117,6 +117,21 @@ impl FromStr for Selector {
     }
 }
 
+/// A selector is kept (in the command line's cache of validated files) as its canonical text,
+/// which parses back to an equal selector.
+impl serde::Serialize for Selector {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Selector {
+    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Selector, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(input)?;
+        Selector::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// Why a selector could not be parsed, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectorError {
