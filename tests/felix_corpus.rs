@@ -1483,12 +1483,20 @@ fn endpoint_policies(tier: &str, pre_dnat: bool) -> String {
     yaml
 }
 
-/// The rules of an endpoint chain after its last "Return if policy accepted".
+/// The rules of an endpoint chain after its last policy: after the last "Return if policy
+/// accepted", or after the last jump to a policy chain where that return would end the chain
+/// and is left out (a return at the end of a chain is what falling off it does anyway).
 fn after_the_policies(ruleset: &Ruleset, table: Table, name: &str) -> Vec<String> {
     let rules = chain(ruleset, IpFamily::V4, table, name);
-    let last = rules
+    let returns = rules
         .iter()
-        .rposition(|rule| rule.comment.as_deref() == Some("Return if policy accepted"))
+        .rposition(|rule| rule.comment.as_deref() == Some("Return if policy accepted"));
+    let jumps = rules.iter().rposition(|rule| {
+        matches!(&rule.action, ruleset::Action::Jump(to) | ruleset::Action::Goto(to)
+            if to.starts_with("npg-pi-") || to.starts_with("npg-po-"))
+    });
+    let last = returns
+        .max(jumps)
         .unwrap_or_else(|| panic!("{name} jumps to no policy"));
     spelled(&rules[last + 1..])
 }

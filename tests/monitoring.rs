@@ -587,12 +587,14 @@ fn rules_and_dashboard_use_only_what_a_running_daemon_exports() {
             Duration::from_millis(300),
         );
         body = http_get_ok(lab.node(), metrics_addr, "/metrics").body;
+        // The port audit runs a second after the last reload; its series come then.
         body.contains("nodeport_guard_dropped_source_packets_total{source=\"198.51.100.11\"}")
             && body.contains("nodeport_guard_dropped_packets_total{")
+            && body.contains("nodeport_guard_exposed_ports")
     });
     assert!(
         counted,
-        "the blocked client's drops were not counted\n{body}\n--- daemon ---\n{}",
+        "the blocked client's drops were not counted, or the port audit never ran\n{body}\n--- daemon ---\n{}",
         daemon.log()
     );
     // The series the sync and health alerts read say what is true: in sync, healthy, synced
