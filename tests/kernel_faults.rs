@@ -415,22 +415,24 @@ fn failed_write_restores_version_a(
     assert_eq!(code, 0, "{context}: B applied: {plan}");
 }
 
-/// `iptables-restore` failing on the second table (IPv4 raw, where the early
-/// drop lives, after IPv4 mangle was already committed): `apply` exits 1
-/// naming the restore command and its stderr, and puts the mangle table
-/// back, so the kernel holds exactly the previous rules and sets.
+/// The second restore failing (IPv6's, after IPv4's mangle and raw tables,
+/// where the early drop lives, were committed): `apply` exits 1 naming the
+/// restore command and its stderr, and puts IPv4's tables back, so the
+/// kernel holds exactly the previous rules and sets.
 fn restore_failing_half_way_leaves_the_previous_rules(backend: Backend) {
     let lab = Lab::new(backend);
     let wrappers = Wrappers::new();
     wrappers.wrap_restores();
     let guard = Guard::new(&lab).with_env("PATH", &wrappers.path_env());
-    let program = match backend {
-        Backend::Legacy => "iptables-legacy-restore",
-        Backend::Nft | Backend::Nftables => "iptables-nft-restore",
+    let flavour = match backend {
+        Backend::Legacy => "legacy",
+        Backend::Nft | Backend::Nftables => "nft",
     };
-    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, program);
-    // The first table's restore failing is the plain case.
-    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, program);
+    let ipv6 = format!("ip6tables-{flavour}-restore");
+    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, &ipv6);
+    // The first restore failing is the plain case.
+    let ipv4 = format!("iptables-{flavour}-restore");
+    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, &ipv4);
 }
 backend_tests!(
     restore_failing_half_way_leaves_the_previous_rules,

@@ -229,8 +229,9 @@ impl FakeKernel {
     pub fn foreign(&self, program: &str, args: &[&str], stdin: &str) -> Output {
         let mut inner = self.lock();
         let (result, _) = dispatch(&mut inner.kernel, &[], program, args, Some(stdin));
-        if result.success && commits_nf_tables(program, args) {
-            inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
+        if result.success {
+            let commits = nf_tables_commits(program, args, Some(stdin));
+            inner.kernel.generation = inner.kernel.generation.wrapping_add(commits);
         }
         result
     }
@@ -406,8 +407,9 @@ impl Runner for FakeKernel {
         } else {
             dispatch(&mut inner.kernel, &[], program, args, text.as_deref()).0
         };
-        if result.success && commits_nf_tables(program, args) {
-            inner.kernel.generation = inner.kernel.generation.wrapping_add(1);
+        if result.success {
+            let commits = nf_tables_commits(program, args, text.as_deref());
+            inner.kernel.generation = inner.kernel.generation.wrapping_add(commits);
         }
         inner.log.push(Invocation {
             program: program.to_owned(),
@@ -451,23 +453,32 @@ impl super::Kernel for FakeKernel {
     }
 }
 
-/// Whether a command commits an nf_tables transaction when it succeeds.
-fn commits_nf_tables(program: &str, args: &[&str]) -> bool {
+/// How many nf_tables transactions a command commits when it succeeds: `iptables-nft-restore`
+/// one per `COMMIT` line (each table of its input in turn), `nft -f` one, an `nft` verb that
+/// changes something one.
+fn nf_tables_commits(program: &str, args: &[&str], input: Option<&str>) -> u32 {
     if program.ends_with("tables-nft-restore") {
-        return true;
+        let commits = input
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.trim() == "COMMIT")
+            .count();
+        return u32::try_from(commits).unwrap_or(u32::MAX);
     }
     if program != "nft" {
-        return false;
+        return 0;
     }
     if args.contains(&"-f") {
-        return true;
+        return 1;
     }
-    args.iter()
+    let changes = args
+        .iter()
         .find(|arg| !arg.starts_with('-'))
         .is_some_and(|verb| {
             matches!(
                 *verb,
                 "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "reset"
             )
-        })
+        });
+    u32::from(changes)
 }

@@ -1,5 +1,5 @@
 //! The iptables backends (legacy and nft): reading with `iptables-save -c` and `ipset save`,
-//! writing with one `ipset restore` and one `iptables-restore --noflush` per table and family.
+//! writing with one `ipset restore` and one `iptables-restore --noflush` per family.
 //!
 //! The scripts are built by pure functions ([`ipset_script`], [`table_script`]) so they are
 //! unit-tested as text; the kernel tests check what they do.
@@ -369,8 +369,8 @@ fn read_set(runner: &dyn super::Runner, name: &str) -> Result<super::Output, Dat
     }
 }
 
-/// Applies a plan: the ipsets it creates or changes, one restore per table, then the ipsets it
-/// destroys. Returns the nf_tables transactions committed: one per restore with iptables-nft
+/// Applies a plan: the ipsets it creates or changes, one restore per family (each of its
+/// tables committed in turn, as `iptables-restore` does), then the ipsets it destroys. Returns the nf_tables transactions committed: one per restore with iptables-nft
 /// (and one per base chain or table it removes), none with iptables-legacy.
 fn apply(
     iptables: &Iptables,
@@ -385,15 +385,15 @@ fn apply(
     if !iptables.legacy {
         base_chains::remember_created(dataplane, plan);
     }
-    for table in &plan.tables {
-        let (_, restore) = iptables.programs(table.key.family);
-        let script = table_script(table);
+    for (family, tables) in by_family(plan) {
+        let (_, restore) = iptables.programs(family);
+        let script: String = tables.iter().map(|table| table_script(table)).collect();
         // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
         let lock = super::xtables::lock_path();
         let busy = iptables.legacy && !dataplane.holds_xtables_lock && xtables_lock_busy(&lock);
         if busy {
             tracing::warn!(
-                table = %table.key,
+                %family,
                 "another program holds the xtables lock `{}`; waiting up to {LOCK_WAIT_SECONDS} s for it",
                 lock.display()
             );
@@ -405,10 +405,13 @@ fn apply(
             &["--noflush", "--wait", LOCK_WAIT_SECONDS],
             Some(&script),
         )?;
-        commits += u32::from(!iptables.legacy);
+        // iptables-nft-restore commits each table's `COMMIT` as a transaction of its own.
+        if !iptables.legacy {
+            commits += tables.len() as u32;
+        }
         if busy || output.stderr.contains("lock") {
             tracing::warn!(
-                table = %table.key,
+                %family,
                 waited_ms = started.elapsed().as_millis() as u64,
                 "waited for the xtables lock another program held: {}",
                 output.stderr.trim()
@@ -423,6 +426,21 @@ fn apply(
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
     Ok(commits)
+}
+
+/// The plan's tables grouped by family, in the plan's order: one restore loads each group.
+fn by_family(plan: &Plan) -> Vec<(IpFamily, Vec<&TablePlan>)> {
+    let mut groups: Vec<(IpFamily, Vec<&TablePlan>)> = Vec::new();
+    for table in &plan.tables {
+        match groups
+            .iter_mut()
+            .find(|(family, _)| *family == table.key.family)
+        {
+            Some((_, tables)) => tables.push(table),
+            None => groups.push((table.key.family, vec![table])),
+        }
+    }
+    groups
 }
 
 /// Whether another process holds the xtables lock at `path` now. The file is never created; a
