@@ -262,8 +262,8 @@ name='{program}'
 is_write() {{ {write_test}; }}
 mode=$(cat "$dir/mode" 2>/dev/null)
 if is_write "$@"; then
-  n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
-  echo "$n" > "$dir/count"
+  # Writes may run at the same time (iptables-nft's two families): count under a lock.
+  n=$(flock "$dir/count.lock" sh -c 'n=$(( $(cat "$1/count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1/count"; echo "$n"' count "$dir")
   if [ -n "$mode" ] && [ "$n" -eq "${{mode#* }}" ]; then
     echo "$name $* -> broken (${{mode%% *}}, write $n)" >> "$dir/calls"
     case "${{mode%% *}}" in
@@ -415,24 +415,24 @@ fn failed_write_restores_version_a(
     assert_eq!(code, 0, "{context}: B applied: {plan}");
 }
 
-/// The second restore failing (IPv6's, after IPv4's mangle and raw tables,
-/// where the early drop lives, were committed): `apply` exits 1 naming the
-/// restore command and its stderr, and puts IPv4's tables back, so the
-/// kernel holds exactly the previous rules and sets.
+/// The second restore failing after the first was committed (iptables-legacy:
+/// IPv6's, after IPv4's mangle and raw tables, where the early drop lives;
+/// iptables-nft restores both families at once, so either may be second):
+/// `apply` exits 1 naming the restore command and its stderr, and puts the
+/// committed tables back, so the kernel holds exactly the previous rules and
+/// sets.
 fn restore_failing_half_way_leaves_the_previous_rules(backend: Backend) {
     let lab = Lab::new(backend);
     let wrappers = Wrappers::new();
     wrappers.wrap_restores();
     let guard = Guard::new(&lab).with_env("PATH", &wrappers.path_env());
-    let flavour = match backend {
-        Backend::Legacy => "legacy",
-        Backend::Nft | Backend::Nftables => "nft",
+    let (first, second) = match backend {
+        Backend::Legacy => ("iptables-legacy-restore", "ip6tables-legacy-restore"),
+        Backend::Nft | Backend::Nftables => ("tables-nft-restore", "tables-nft-restore"),
     };
-    let ipv6 = format!("ip6tables-{flavour}-restore");
-    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, &ipv6);
+    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 2, second);
     // The first restore failing is the plain case.
-    let ipv4 = format!("iptables-{flavour}-restore");
-    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, &ipv4);
+    failed_write_restores_version_a(&lab, &guard, &wrappers, false, Breakage::Before, 1, first);
 }
 backend_tests!(
     restore_failing_half_way_leaves_the_previous_rules,

@@ -94,6 +94,18 @@ pub trait Backend: fmt::Debug + Send + Sync {
         desired: &State,
     ) -> Result<u32, DataplaneError>;
 
+    /// [`Backend::write`], then [`Backend::observe_written`]: what a write committed and what
+    /// the kernel holds of it after. A backend may overlap the two.
+    fn write_and_read_back(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+        desired: &State,
+    ) -> Result<(u32, State), DataplaneError> {
+        let commits = self.write(dataplane, plan, desired)?;
+        Ok((commits, self.observe_written(dataplane, plan)?))
+    }
+
     /// What of `desired` the read-back `after` of a write of `written` still lacks: the part of
     /// the kernel the write may have changed, compared with what it should be.
     fn unverified(&self, desired: &State, after: &State, written: &Plan) -> Plan;
@@ -377,6 +389,16 @@ impl<'r> Dataplane<'r> {
     /// committed (see [`Backend::write`]).
     pub fn apply(&self, plan: &Plan, desired: &State) -> Result<u32, DataplaneError> {
         self.backend.write(self, plan, desired)
+    }
+
+    /// Carries out a plan and reads back what it wrote (see
+    /// [`Backend::write_and_read_back`]).
+    pub fn apply_and_read_back(
+        &self,
+        plan: &Plan,
+        desired: &State,
+    ) -> Result<(u32, State), DataplaneError> {
+        self.backend.write_and_read_back(self, plan, desired)
     }
 }
 

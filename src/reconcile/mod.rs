@@ -88,10 +88,12 @@ pub fn write_planned(
             commits: 0,
         });
     }
-    let result = dataplane.apply(&changes, desired).and_then(|commits| {
-        verify(dataplane, desired, &changes)?;
-        Ok(commits)
-    });
+    let result = dataplane
+        .apply_and_read_back(&changes, desired)
+        .and_then(|(commits, after)| {
+            check(dataplane, desired, &after, &changes)?;
+            Ok(commits)
+        });
     match result {
         Ok(commits) => Ok(Outcome {
             plan: changes,
@@ -119,18 +121,18 @@ pub enum Read {
     Cached,
 }
 
-/// Reads back what `written` wrote and checks that the kernel holds `desired` there. What the
+/// Whether `after`, the read-back of a write of `written`, holds `desired` there. What the
 /// plan did not touch was read just before it was made and needed no change; reading it again
-/// would only double the time an apply takes. With iptables that is every table and set the
-/// plan names; with nftables every table and set of a family it touched, since one
+/// would only double the time an apply takes. With iptables the read-back is every table and
+/// set the plan names; with nftables every table and set of a family it touched, since one
 /// transaction may rebuild a family's whole table.
-pub fn verify(
+fn check(
     dataplane: &Dataplane<'_>,
     desired: &State,
+    after: &State,
     written: &Plan,
 ) -> Result<(), DataplaneError> {
-    let after = dataplane.observe_written(written)?;
-    let remaining = dataplane.backend.unverified(desired, &after, written);
+    let remaining = dataplane.backend.unverified(desired, after, written);
     if remaining.is_empty() {
         Ok(())
     } else {
@@ -145,8 +147,8 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, Data
     if changes.is_empty() {
         return Ok(changes);
     }
-    dataplane.apply(&changes, previous)?;
-    verify(dataplane, previous, &changes)?;
+    let (_, after) = dataplane.apply_and_read_back(&changes, previous)?;
+    check(dataplane, previous, &after, &changes)?;
     Ok(changes)
 }
 

@@ -116,7 +116,28 @@ impl Backend for Iptables {
         plan: &Plan,
         _desired: &State,
     ) -> Result<u32, DataplaneError> {
-        apply(self, dataplane, plan)
+        Ok(apply(self, dataplane, plan, false)?.0)
+    }
+
+    /// iptables-nft reads each family's tables back as soon as its restore is done, when the
+    /// write is too large to list chain by chain; the sets are read after the stale ones are
+    /// destroyed.
+    fn write_and_read_back(
+        &self,
+        dataplane: &Dataplane<'_>,
+        plan: &Plan,
+        _desired: &State,
+    ) -> Result<(u32, State), DataplaneError> {
+        let pipelined = !self.legacy && written_chains(plan).is_none();
+        let (commits, read) = apply(self, dataplane, plan, pipelined)?;
+        let after = match read {
+            Some(mut tables) => {
+                tables.sets = read_sets(dataplane.runner, plan)?.sets;
+                tables
+            }
+            None => observe_written(self, dataplane, plan)?,
+        };
+        Ok((commits, after))
     }
 
     /// What the read-back of [`Backend::observe_written`] covers: the chains, kernel chains and sets
@@ -326,35 +347,62 @@ fn observe_tables(
     dataplane: &Dataplane<'_>,
     plan: &Plan,
 ) -> Result<State, DataplaneError> {
-    let runner = dataplane.runner;
-    let (saves, sets) = std::thread::scope(|scope| {
-        let saves: Vec<_> = plan
-            .tables
+    let tables: Vec<&TablePlan> = plan.tables.iter().collect();
+    let (state, sets) = std::thread::scope(|scope| {
+        let sets = scope.spawn(|| read_sets(dataplane.runner, plan));
+        (
+            read_tables(iptables, dataplane.runner, &tables),
+            joined(sets),
+        )
+    });
+    let mut state = state?;
+    state.sets = sets?.sets;
+    Ok(state)
+}
+
+/// Reads `tables` whole (`iptables-save -t TABLE`), all at the same time, each parsed on the
+/// thread that read it while the slower saves still run.
+fn read_tables(
+    iptables: &Iptables,
+    runner: &dyn super::Runner,
+    tables: &[&TablePlan],
+) -> Result<State, DataplaneError> {
+    let parts = std::thread::scope(|scope| {
+        let running: Vec<_> = tables
             .iter()
             .map(|table| {
                 let (save, _) = iptables.programs(table.key.family);
                 let name = table.key.table.as_str();
-                (
-                    table.key.family,
-                    scope.spawn(move || run_checked(runner, save, &["-t", name], None)),
-                )
+                let family = table.key.family;
+                scope.spawn(move || {
+                    let saved = run_checked(runner, save, &["-t", name], None)?;
+                    let mut part = State::default();
+                    parse::parse_iptables_save(&saved.stdout, family, &mut part)?;
+                    Ok::<_, DataplaneError>(part)
+                })
             })
             .collect();
-        let sets = read_written_sets(scope, runner, plan);
-        (
-            saves
-                .into_iter()
-                .map(|(family, save)| (family, joined(save)))
-                .collect::<Vec<_>>(),
-            sets.into_iter().map(joined).collect::<Vec<_>>(),
-        )
+        running.into_iter().map(joined).collect::<Vec<_>>()
     });
     let mut state = State::default();
-    for (family, save) in saves {
-        parse::parse_iptables_save(&save?.stdout, family, &mut state)?;
+    for part in parts {
+        // One table of one family each: their keys never meet.
+        state.tables.extend(part?.tables);
     }
-    for set in sets {
-        parse::parse_ipset_save(&set?.stdout, &mut state);
+    Ok(state)
+}
+
+/// Reads back the sets `plan` wrote (see [`read_written_sets`]).
+fn read_sets(runner: &dyn super::Runner, plan: &Plan) -> Result<State, DataplaneError> {
+    let saves = std::thread::scope(|scope| {
+        read_written_sets(scope, runner, plan)
+            .into_iter()
+            .map(joined)
+            .collect::<Vec<_>>()
+    });
+    let mut state = State::default();
+    for saved in saves {
+        parse::parse_ipset_save(&saved?.stdout, &mut state);
     }
     Ok(state)
 }
@@ -370,54 +418,65 @@ fn read_set(runner: &dyn super::Runner, name: &str) -> Result<super::Output, Dat
 }
 
 /// Applies a plan: the ipsets it creates or changes, one restore per family (each of its
-/// tables committed in turn, as `iptables-restore` does), then the ipsets it destroys. Returns the nf_tables transactions committed: one per restore with iptables-nft
-/// (and one per base chain or table it removes), none with iptables-legacy.
+/// tables committed in turn, as `iptables-restore` does), then the ipsets it destroys. Returns
+/// the nf_tables transactions committed: one per table with iptables-nft (and one per base chain
+/// or table it removes), none with iptables-legacy; and with `read_back`, the tables it wrote
+/// as iptables-nft holds them after the write (see [`Backend::write_and_read_back`]).
+///
+/// iptables-nft's two families are restored at the same time, and each family's tables are
+/// read back as soon as its restore is done, while the other's may still run: they share no
+/// table, and most of a restore is the program parsing its input (a commit that races the
+/// other family's is retried by `iptables-nft-restore` itself). iptables-legacy's restores take
+/// the xtables lock in turn anyway, so they run one after the other, and read nothing back.
 fn apply(
     iptables: &Iptables,
     dataplane: &Dataplane<'_>,
     plan: &Plan,
-) -> Result<u32, DataplaneError> {
-    let mut commits = 0;
+    read_back: bool,
+) -> Result<(u32, Option<State>), DataplaneError> {
     let sets = ipset_script(plan);
-    if !sets.is_empty() {
-        run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
-    }
-    if !iptables.legacy {
-        base_chains::remember_created(dataplane, plan);
-    }
-    for (family, tables) in by_family(plan) {
-        let (_, restore) = iptables.programs(family);
-        let script: String = tables.iter().map(|table| table_script(table)).collect();
-        // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
-        let lock = super::xtables::lock_path();
-        let busy = iptables.legacy && !dataplane.holds_xtables_lock && xtables_lock_busy(&lock);
-        if busy {
-            tracing::warn!(
-                %family,
-                "another program holds the xtables lock `{}`; waiting up to {LOCK_WAIT_SECONDS} s for it",
-                lock.display()
-            );
-        }
-        let started = std::time::Instant::now();
-        let output = run_checked(
-            dataplane.runner,
-            restore,
-            &["--noflush", "--wait", LOCK_WAIT_SECONDS],
-            Some(&script),
-        )?;
-        // iptables-nft-restore commits each table's `COMMIT` as a transaction of its own.
+    std::thread::scope(|scope| {
         if !iptables.legacy {
-            commits += tables.len() as u32;
+            scope.spawn(|| base_chains::remember_created(dataplane, plan));
         }
-        if busy || output.stderr.contains("lock") {
-            tracing::warn!(
-                %family,
-                waited_ms = started.elapsed().as_millis() as u64,
-                "waited for the xtables lock another program held: {}",
-                output.stderr.trim()
-            );
+        if !sets.is_empty() {
+            run_checked(dataplane.runner, "ipset", &["restore"], Some(&sets))?;
         }
-    }
+        Ok::<_, DataplaneError>(())
+    })?;
+    let families = by_family(plan);
+    let (mut commits, read) = if iptables.legacy {
+        for (family, tables) in &families {
+            restore_family(iptables, dataplane, *family, tables)?;
+        }
+        (0, None)
+    } else {
+        let done = std::thread::scope(|scope| {
+            let running: Vec<_> = families
+                .iter()
+                .map(|(family, tables)| {
+                    scope.spawn(move || {
+                        let commits = restore_family(iptables, dataplane, *family, tables)?;
+                        let read = read_back
+                            .then(|| read_tables(iptables, dataplane.runner, tables))
+                            .transpose()?;
+                        Ok::<_, DataplaneError>((commits, read))
+                    })
+                })
+                .collect();
+            running.into_iter().map(joined).collect::<Vec<_>>()
+        });
+        let mut commits = 0;
+        let mut state = read_back.then(State::default);
+        for family in done {
+            let (written, read) = family?;
+            commits += written;
+            if let (Some(state), Some(read)) = (state.as_mut(), read) {
+                state.tables.extend(read.tables);
+            }
+        }
+        (commits, state)
+    };
     if !iptables.legacy {
         commits += base_chains::remove_created(dataplane, plan);
     }
@@ -425,7 +484,49 @@ fn apply(
     if !destroy.is_empty() {
         run_checked(dataplane.runner, "ipset", &["restore"], Some(&destroy))?;
     }
-    Ok(commits)
+    Ok((commits, read))
+}
+
+/// One `iptables-restore --noflush` of `tables`, the plan's tables of `family`; returns the
+/// nf_tables transactions it committed (iptables-nft commits each table's `COMMIT` as one).
+fn restore_family(
+    iptables: &Iptables,
+    dataplane: &Dataplane<'_>,
+    family: IpFamily,
+    tables: &[&TablePlan],
+) -> Result<u32, DataplaneError> {
+    let (_, restore) = iptables.programs(family);
+    let script: String = tables.iter().map(|table| table_script(table)).collect();
+    // iptables-legacy-restore waits for the lock without a word; say why nothing happens.
+    let lock = super::xtables::lock_path();
+    let busy = iptables.legacy && !dataplane.holds_xtables_lock && xtables_lock_busy(&lock);
+    if busy {
+        tracing::warn!(
+            %family,
+            "another program holds the xtables lock `{}`; waiting up to {LOCK_WAIT_SECONDS} s for it",
+            lock.display()
+        );
+    }
+    let started = std::time::Instant::now();
+    let output = run_checked(
+        dataplane.runner,
+        restore,
+        &["--noflush", "--wait", LOCK_WAIT_SECONDS],
+        Some(&script),
+    )?;
+    if busy || output.stderr.contains("lock") {
+        tracing::warn!(
+            %family,
+            waited_ms = started.elapsed().as_millis() as u64,
+            "waited for the xtables lock another program held: {}",
+            output.stderr.trim()
+        );
+    }
+    Ok(if iptables.legacy {
+        0
+    } else {
+        u32::try_from(tables.len()).unwrap_or(u32::MAX)
+    })
 }
 
 /// The plan's tables grouped by family, in the plan's order: one restore loads each group.
