@@ -1,6 +1,7 @@
 //! Reading other programs' DNAT rules for `exposure`, read-only: `iptables-legacy-save -t nat`
-//! and `ip6tables-legacy-save -t nat` where x_tables has a nat table, `nft -j list ruleset`,
-//! and `iptables-nft-save -t nat` (and ip6) where nf_tables has iptables-nft's nat table.
+//! and `ip6tables-legacy-save -t nat` where x_tables has a nat table, `nft -j list table` of
+//! every nftables table of other programs, and `iptables-nft-save -t nat` (and ip6) where
+//! nf_tables has iptables-nft's nat table.
 //!
 //! Nothing is read that does not exist: asking iptables-legacy for a table it does not hold
 //! would load and create it, a change in the kernel; so x_tables' list of tables is looked at
@@ -14,8 +15,8 @@ use crate::model::IpFamily;
 pub struct NatListings {
     /// `iptables-save -t nat` outputs, with their family.
     pub iptables: Vec<(IpFamily, String)>,
-    /// `nft -j list ruleset`, when nft is installed and answered.
-    pub nft_json: Option<String>,
+    /// `nft -j list table FAMILY NAME` of each nftables table neither ours nor iptables-nft's.
+    pub nft_json: Vec<String>,
     /// What could not be read, in words.
     pub notes: Vec<String>,
 }
@@ -34,15 +35,33 @@ pub fn read(runner: &dyn Runner) -> NatListings {
         }
     }
     let nft_tables = if runner.exists("nft") {
-        match runner.run("nft", &["-j", "list", "ruleset"], None) {
+        // The table names first, then only the tables of other programs: listing the whole
+        // ruleset would list ours and iptables-nft's too (tens of MB of JSON with 1,000
+        // policies, hundreds of MB once parsed), none of which this reads.
+        match runner.run("nft", &["list", "tables"], None) {
             Ok(output) if output.success => {
-                let tables = iptables_nft_nat_tables(&output.stdout);
-                listings.nft_json = Some(output.stdout);
-                tables
+                let tables = table_names(&output.stdout);
+                for (family, name) in &tables {
+                    if is_iptables_nft_table(family, name) || name == super::nftables::render::TABLE
+                    {
+                        continue;
+                    }
+                    match runner.run("nft", &["-j", "list", "table", family, name], None) {
+                        Ok(listed) if listed.success => listings.nft_json.push(listed.stdout),
+                        // A table removed since it was named is no table to read.
+                        Ok(listed) if listed.stderr.contains("No such file or directory") => {}
+                        Ok(listed) => listings.notes.push(format!(
+                            "`nft -j list table {family} {name}` failed: {}",
+                            listed.stderr.trim()
+                        )),
+                        Err(error) => listings.notes.push(format!("cannot run `nft`: {error}")),
+                    }
+                }
+                iptables_nft_nat_tables(&tables)
             }
             Ok(output) => {
                 listings.notes.push(format!(
-                    "`nft -j list ruleset` failed: {}",
+                    "`nft list tables` failed: {}",
                     output.stderr.trim()
                 ));
                 Vec::new()
@@ -87,25 +106,36 @@ fn save(runner: &dyn Runner, program: &str, family: IpFamily, listings: &mut Nat
     }
 }
 
-/// The families whose iptables-nft nat table (`ip nat`, `ip6 nat`) nft's JSON listing shows.
-fn iptables_nft_nat_tables(json: &str) -> Vec<IpFamily> {
-    let Ok(document) = serde_json::from_str::<serde_json::Value>(json) else {
-        return Vec::new();
-    };
-    let objects = document
-        .get("nftables")
-        .and_then(serde_json::Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+/// Whether a table of nf_tables is one iptables-nft keeps (read through `iptables-nft-save`,
+/// not as nftables).
+pub fn is_iptables_nft_table(family: &str, name: &str) -> bool {
+    matches!(family, "ip" | "ip6")
+        && matches!(name, "nat" | "filter" | "mangle" | "raw" | "security")
+}
+
+/// The (family, name) of every table `nft list tables` printed.
+fn table_names(listing: &str) -> Vec<(String, String)> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("table"), Some(family), Some(name)) => {
+                    Some((family.to_owned(), name.to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The families whose iptables-nft nat table (`ip nat`, `ip6 nat`) is among `tables`.
+fn iptables_nft_nat_tables(tables: &[(String, String)]) -> Vec<IpFamily> {
     let mut families = Vec::new();
-    for object in &objects {
-        let Some(table) = object.get("table") else {
-            continue;
-        };
-        let field = |name: &str| table.get(name).and_then(serde_json::Value::as_str);
-        let family = match (field("family"), field("name")) {
-            (Some("ip"), Some("nat")) => IpFamily::V4,
-            (Some("ip6"), Some("nat")) => IpFamily::V6,
+    for (family, name) in tables {
+        let family = match (family.as_str(), name.as_str()) {
+            ("ip", "nat") => IpFamily::V4,
+            ("ip6", "nat") => IpFamily::V6,
             _ => continue,
         };
         if !families.contains(&family) {
@@ -121,12 +151,16 @@ mod tests {
 
     #[test]
     fn iptables_nft_nat_tables_are_found_in_the_listing() {
-        let json = r#"{"nftables": [{"metainfo": {}},
-            {"table": {"family": "ip", "name": "nat"}},
-            {"table": {"family": "ip6", "name": "filter"}},
-            {"table": {"family": "ip", "name": "kube-proxy"}},
-            {"table": {"family": "ip6", "name": "nat"}}]}"#;
-        assert_eq!(iptables_nft_nat_tables(json), [IpFamily::V4, IpFamily::V6]);
-        assert!(iptables_nft_nat_tables("not json").is_empty());
+        let tables = table_names(
+            "table ip nat\ntable ip6 filter\ntable ip kube-proxy\ntable ip6 nat\nnot a table\n",
+        );
+        assert_eq!(tables.len(), 4);
+        assert_eq!(
+            iptables_nft_nat_tables(&tables),
+            [IpFamily::V4, IpFamily::V6]
+        );
+        assert!(is_iptables_nft_table("ip", "mangle"));
+        assert!(!is_iptables_nft_table("inet", "nat"));
+        assert!(!is_iptables_nft_table("ip", "kube-proxy"));
     }
 }

@@ -18,16 +18,11 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use super::{Destination, Dnat, Transport};
+use crate::dataplane::nat::is_iptables_nft_table;
 use crate::model::IpFamily;
 
 /// How deep jumps are followed.
 const MAX_DEPTH: usize = 16;
-
-/// The tables this reader leaves to `iptables-nft-save`: iptables-nft's.
-pub fn is_iptables_nft_table(family: &str, name: &str) -> bool {
-    matches!(family, "ip" | "ip6")
-        && matches!(name, "nat" | "filter" | "mangle" | "raw" | "security")
-}
 
 /// A rule: its statements and its comment.
 type RuleJson<'j> = (&'j [Value], Option<&'j str>);

@@ -18,13 +18,13 @@ pub fn published(runner: &dyn Runner) -> (Vec<Dnat>, Vec<String>) {
         dnat.extend(found);
         notes.extend(more);
     }
-    if let Some(json) = &listings.nft_json {
+    for json in &listings.nft_json {
         match nft::parse_ruleset(json) {
             Ok((found, more)) => {
                 dnat.extend(found);
                 notes.extend(more);
             }
-            Err(error) => notes.push(format!("cannot read `nft -j list ruleset`'s JSON: {error}")),
+            Err(error) => notes.push(format!("cannot read `nft -j list table`'s JSON: {error}")),
         }
     }
     (dnat, notes)
