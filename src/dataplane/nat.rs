@@ -41,20 +41,17 @@ pub fn read(runner: &dyn Runner) -> NatListings {
         match runner.run("nft", &["list", "tables"], None) {
             Ok(output) if output.success => {
                 let tables = table_names(&output.stdout);
-                for (family, name) in &tables {
-                    if is_iptables_nft_table(family, name) || name == super::nftables::render::TABLE
-                    {
-                        continue;
-                    }
-                    match runner.run("nft", &["-j", "list", "table", family, name], None) {
-                        Ok(listed) if listed.success => listings.nft_json.push(listed.stdout),
-                        // A table removed since it was named is no table to read.
-                        Ok(listed) if listed.stderr.contains("No such file or directory") => {}
-                        Ok(listed) => listings.notes.push(format!(
-                            "`nft -j list table {family} {name}` failed: {}",
-                            listed.stderr.trim()
-                        )),
-                        Err(error) => listings.notes.push(format!("cannot run `nft`: {error}")),
+                let foreign = foreign_tables(&tables);
+                if foreign.len() > TABLES_LISTED_ONE_BY_ONE {
+                    // Another program made many tables: one listing of them all costs less.
+                    list_json(runner, &["-j", "list", "ruleset"], &mut listings);
+                } else {
+                    for (family, name) in foreign {
+                        list_json(
+                            runner,
+                            &["-j", "list", "table", family, name],
+                            &mut listings,
+                        );
                     }
                 }
                 iptables_nft_nat_tables(&tables)
@@ -103,6 +100,37 @@ fn save(runner: &dyn Runner, program: &str, family: IpFamily, listings: &mut Nat
         Err(error) => listings
             .notes
             .push(format!("cannot run `{program}`: {error}")),
+    }
+}
+
+/// How many tables of other programs are listed one by one; more are read with one listing
+/// of the whole ruleset.
+const TABLES_LISTED_ONE_BY_ONE: usize = 32;
+
+/// The tables of `tables` that are neither iptables-nft's nor ours: the nftables tables of
+/// other programs, where their DNAT rules are.
+fn foreign_tables(tables: &[(String, String)]) -> Vec<(&str, &str)> {
+    tables
+        .iter()
+        .filter(|(family, name)| {
+            !is_iptables_nft_table(family, name) && name != super::nftables::render::TABLE
+        })
+        .map(|(family, name)| (family.as_str(), name.as_str()))
+        .collect()
+}
+
+/// Runs `nft ARGS` (a JSON listing) and keeps its output, or a note of why there is none.
+fn list_json(runner: &dyn Runner, args: &[&str], listings: &mut NatListings) {
+    match runner.run("nft", args, None) {
+        Ok(listed) if listed.success => listings.nft_json.push(listed.stdout),
+        // A table removed since it was named is no table to read.
+        Ok(listed) if listed.stderr.contains("No such file or directory") => {}
+        Ok(listed) => listings.notes.push(format!(
+            "`nft {}` failed: {}",
+            args.join(" "),
+            listed.stderr.trim()
+        )),
+        Err(error) => listings.notes.push(format!("cannot run `nft`: {error}")),
     }
 }
 
@@ -162,5 +190,17 @@ mod tests {
         assert!(is_iptables_nft_table("ip", "mangle"));
         assert!(!is_iptables_nft_table("inet", "nat"));
         assert!(!is_iptables_nft_table("ip", "kube-proxy"));
+    }
+
+    #[test]
+    fn only_other_programs_tables_are_listed() {
+        let tables = table_names(
+            "table ip nat\ntable ip mangle\ntable ip nodeport_guard\ntable ip6 nodeport_guard\n\
+             table ip kube-proxy\ntable inet firewalld\ntable ip6 raw\n",
+        );
+        assert_eq!(
+            foreign_tables(&tables),
+            [("ip", "kube-proxy"), ("inet", "firewalld")]
+        );
     }
 }
