@@ -192,6 +192,83 @@ mod tests {
         assert!(!is_iptables_nft_table("ip", "kube-proxy"));
     }
 
+    /// A runner that answers `nft list tables` with iptables-nft's nat table, ours, and
+    /// `tables` tables of other programs, prints nothing for anything else, and records every
+    /// program it is asked to run.
+    struct ManyTables {
+        tables: usize,
+        ran: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Runner for ManyTables {
+        fn run(
+            &self,
+            program: &str,
+            args: &[&str],
+            _stdin: Option<&[u8]>,
+        ) -> std::io::Result<super::super::Output> {
+            let call = format!("{program} {}", args.join(" "));
+            self.ran.lock().expect("lock").push(call.clone());
+            let stdout = if call == "nft list tables" {
+                let mut listing = "table ip nat\ntable ip nodeport_guard\n".to_owned();
+                for n in 0..self.tables {
+                    listing.push_str(&format!("table inet other{n}\n"));
+                }
+                listing
+            } else {
+                r#"{"nftables": []}"#.to_owned()
+            };
+            Ok(super::super::Output {
+                success: true,
+                code: Some(0),
+                stdout,
+                stderr: String::new(),
+            })
+        }
+
+        fn exists(&self, _program: &str) -> bool {
+            true
+        }
+    }
+
+    fn nft_listings(tables: usize) -> Vec<String> {
+        let runner = ManyTables {
+            tables,
+            ran: Default::default(),
+        };
+        let listings = read(&runner);
+        assert!(listings.notes.is_empty(), "{:?}", listings.notes);
+        let ran = runner.ran.into_inner().expect("lock");
+        ran.into_iter()
+            .filter(|call| call.starts_with("nft -j"))
+            .collect()
+    }
+
+    #[test]
+    fn a_program_that_makes_many_tables_costs_one_listing() {
+        // A few tables: each read alone, never ours or iptables-nft's.
+        let few = nft_listings(3);
+        assert_eq!(
+            few,
+            [
+                "nft -j list table inet other0",
+                "nft -j list table inet other1",
+                "nft -j list table inet other2"
+            ]
+        );
+        // Many (another program, or a hostile one, made them): one listing of them all.
+        assert_eq!(nft_listings(TABLES_LISTED_ONE_BY_ONE), {
+            (0..TABLES_LISTED_ONE_BY_ONE)
+                .map(|n| format!("nft -j list table inet other{n}"))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(
+            nft_listings(10_000),
+            ["nft -j list ruleset"],
+            "one run of nft, not ten thousand"
+        );
+    }
+
     #[test]
     fn only_other_programs_tables_are_listed() {
         let tables = table_names(
