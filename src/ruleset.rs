@@ -336,6 +336,8 @@ pub enum Match {
     TcpSyn,
     /// Incoming interface (`-i`); a trailing `+` matches a prefix.
     InInterface(String),
+    /// Any incoming interface but this one (`! -i`).
+    NotInInterface(String),
     /// Outgoing interface (`-o`).
     OutInterface(String),
 }

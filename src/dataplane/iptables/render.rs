@@ -143,6 +143,9 @@ pub fn render_match(out: &mut String, matched: &Match) {
         Match::InInterface(name) => {
             let _ = write!(out, " -i {name}");
         }
+        Match::NotInInterface(name) => {
+            let _ = write!(out, " ! -i {name}");
+        }
         Match::OutInterface(name) => {
             let _ = write!(out, " -o {name}");
         }
@@ -194,7 +197,7 @@ fn header_position(matched: &Match) -> Option<u8> {
             side: Side::Destination,
             ..
         } => Some(1),
-        Match::InInterface(_) => Some(2),
+        Match::InInterface(_) | Match::NotInInterface(_) => Some(2),
         Match::OutInterface(_) => Some(3),
         Match::Protocol { .. } => Some(4),
         _ => None,

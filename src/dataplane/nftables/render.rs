@@ -360,6 +360,9 @@ fn render_match(
         Match::InInterface(name) => {
             let _ = write!(out, " iifname \"{}\"", name.replace('+', "*"));
         }
+        Match::NotInInterface(name) => {
+            let _ = write!(out, " iifname != \"{}\"", name.replace('+', "*"));
+        }
         Match::OutInterface(name) => {
             let _ = write!(out, " oifname \"{}\"", name.replace('+', "*"));
         }
