@@ -105,21 +105,28 @@ pub(super) fn priority_text(priority: i64, numeric: bool) -> String {
     priority.to_string()
 }
 
-pub(super) fn elements_text(elements: &[String]) -> String {
+/// A set's elements as `nft list` prints them: as many to a line as the key's width allows
+/// (seen with nft 1.0.6: five `inet_service`, two `ipv4_addr`, one `ipv6_addr` or
+/// concatenation).
+pub(super) fn elements_text(kind: &str, elements: &[String]) -> String {
+    let bits: usize = kind
+        .split(" . ")
+        .map(|part| match part.trim() {
+            "inet_service" => 16,
+            "ipv6_addr" => 128,
+            _ => 32,
+        })
+        .sum();
+    let per_line = (80 / bits).max(1);
     let mut out = String::from("\t\telements = { ");
-    let mut column = out.len();
     for (index, element) in elements.iter().enumerate() {
-        let last = index + 1 == elements.len();
         out.push_str(element);
-        column += element.len();
-        if last {
+        if index + 1 == elements.len() {
             out.push_str(" }\n");
-        } else if column > 40 {
+        } else if (index + 1) % per_line == 0 {
             out.push_str(",\n\t\t\t     ");
-            column = 20;
         } else {
             out.push_str(", ");
-            column += 2;
         }
     }
     out
@@ -192,7 +199,7 @@ pub(super) fn list_native(
                 if set.interval() {
                     elements.sort_by_key(|element| range_of(element).map(|(start, _)| start));
                 }
-                block.push_str(&elements_text(&elements));
+                block.push_str(&elements_text(&set.kind, &elements));
             }
             block.push_str("\t}\n");
             blocks.push(block);
