@@ -98,7 +98,10 @@ fn mission_example_keeps_felix_shape() {
                 if line.starts_with("# ") {
                     in_table = line.contains(&format!("table {table})"));
                 }
-                in_table && line.contains("policy allow-cluster-nodeport-only ingress rule")
+                // The policy chain's rules (not the early drop's copies of its log and drop).
+                in_table
+                    && line.starts_with("-A npg-pi-")
+                    && line.contains("policy allow-cluster-nodeport-only ingress rule")
             })
             .collect()
     };

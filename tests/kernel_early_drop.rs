@@ -12,7 +12,7 @@ mod support;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use support::fixtures::mission_policy;
+use support::fixtures::{MISSION_NAME, mission_policy};
 use support::{
     Backend, CONNECT_TIMEOUT, Connect, ConnectError, DROP_TIMEOUT, Flood, Guard, Lab, addr,
     backend_tests, conntrack_list, ports, replies, sa, wait_until,
@@ -122,6 +122,23 @@ fn denied_syns_are_dropped_before_connection_tracking_under_a_flood(backend: Bac
         0,
         "{sent} flood SYNs sent; none may get past connection tracking"
     );
+    // The decision table dropped them (`npg-syn-denied`), and `status` counts them for the
+    // Deny rule all the same.
+    let status = guard.status_json();
+    let deny = status["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|row| row["policy"] == MISSION_NAME && row["rule"] == 1)
+        .unwrap_or_else(|| panic!("no row for the Deny rule in {status:#}"))
+        .clone();
+    // (Some of what the sender wrote may be lost in the veth's backlog before netfilter.)
+    assert!(
+        deny["packets"].as_u64().unwrap_or(0) >= sent / 2,
+        "{sent} flood SYNs sent, the Deny rule counts: {deny}"
+    );
+    let raw = guard.our_rules_and_members();
+    assert!(raw.contains("npg-syn-denied"), "{raw}");
 
     // The control: the same flood with every drop in mangle passes conntrack first.
     guard.write_config("earlyDrop: false\n");

@@ -33,6 +33,7 @@ use super::names;
 use super::rules::{clear_bits, mark_clear, mark_set, set_bit};
 use super::sets::SetRegistry;
 use super::syn_path;
+use super::syn_table;
 use super::{Compiler, TableBuilder};
 use crate::config::Config;
 use crate::model::{self, Direction, Port, Protocol};
@@ -214,6 +215,14 @@ impl Compiler<'_> {
             .collect();
         chains.insert(names::EARLY_DROP_CHAIN.to_owned(), top.into());
         syn_path::shorten(&mut chains, names::EARLY_DROP_CHAIN, ports.as_deref());
+        let table = syn_table::table(
+            &chains,
+            names::EARLY_DROP_CHAIN,
+            ports.as_deref(),
+            sets.family(),
+            sets,
+            marks.all(),
+        );
         let raw = builders.entry(Table::Raw).or_default();
         for (name, rules) in chains {
             raw.add(Chain { name, rules });
@@ -233,18 +242,25 @@ impl Compiler<'_> {
         if enforces(Path::UntrackedIn) {
             matches.push(mark_clear(marks.accept));
         }
+        let denied = table.and_then(|table| denied_rule(table, &matches, sets));
         let syn = Rule::new(matches, Action::Goto(names::EARLY_DROP_CHAIN.to_owned()))
             .comment("TCP SYN: pre-DNAT policy before connection tracking");
+        let mut added = Vec::new();
+        if let Some((rule, chain)) = denied {
+            raw.add(chain);
+            added.push(rule);
+        }
+        added.push(syn);
         match raw.chains.get_mut(TOP) {
             Some(chain) => {
                 let mut rules = chain.rules.to_vec();
-                rules.push(syn);
+                rules.extend(added);
                 chain.rules = rules.into();
             }
             None => {
                 raw.add(Chain {
                     name: TOP.to_owned(),
-                    rules: vec![syn].into(),
+                    rules: added.into(),
                 });
                 raw.hooks.push(Hook {
                     kernel_chain: KERNEL_CHAIN.to_owned(),
@@ -253,6 +269,77 @@ impl Compiler<'_> {
             }
         }
     }
+}
+
+/// The rule that sends the SYNs of the decision table to `npg-syn-denied`, and that chain:
+/// the dispatch rule's `matches` narrowed to the table's ports, interfaces and sources. `None`
+/// if the ports take more than one `multiport` match.
+fn denied_rule(
+    table: syn_table::Table,
+    dispatch: &[Match],
+    sets: &mut SetRegistry<'_>,
+) -> Option<(Rule, Chain)> {
+    if table.ports.iter().map(PortRange::slots).sum::<usize>() > MULTIPORT_SLOTS {
+        return None;
+    }
+    let every_port = [PortRange {
+        first: 0,
+        last: u16::MAX,
+    }];
+    let mut matches: Vec<Match> = dispatch
+        .iter()
+        .filter(|m| !matches!(m, Match::Ports { .. }))
+        .cloned()
+        .collect();
+    if table.ports[..] != every_port[..] {
+        matches.push(Match::Ports {
+            side: Side::Destination,
+            ports: table.ports,
+            negated: false,
+        });
+    }
+    match table.interfaces {
+        syn_table::Interfaces::All => {}
+        syn_table::Interfaces::Only(name) => matches.push(Match::InInterface(name)),
+        syn_table::Interfaces::AllBut(name) => matches.push(Match::NotInInterface(name)),
+    }
+    let (nets, negated) = match table.sources {
+        syn_table::Sources::All => (Vec::new(), false),
+        syn_table::Sources::In(nets) => (nets, false),
+        syn_table::Sources::NotIn(nets) => (nets, true),
+    };
+    match &nets[..] {
+        [] => {}
+        [net] => matches.push(Match::Net {
+            side: Side::Source,
+            net: *net,
+            negated,
+        }),
+        _ => {
+            let name = sets.nets_named(
+                names::early_drop_set(sets.family()),
+                &nets,
+                if negated {
+                    "sources whose TCP SYNs pre-DNAT policy lets through or judges apart"
+                } else {
+                    "sources whose TCP SYNs pre-DNAT policy denies"
+                },
+            );
+            matches.push(Match::Set {
+                side: Side::Source,
+                name,
+                lookup: crate::ruleset::SetLookup::Address,
+                negated,
+            });
+        }
+    }
+    let rule = Rule::new(matches, Action::Goto(names::EARLY_DROP_DENIED.to_owned()))
+        .comment("TCP SYN that pre-DNAT policy denies: dropped before connection tracking");
+    let chain = Chain {
+        name: names::EARLY_DROP_DENIED.to_owned(),
+        rules: table.denied.into(),
+    };
+    Some((rule, chain))
 }
 
 /// Mangle's return for the SYNs the early drop judged, right after the return for replies.

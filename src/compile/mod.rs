@@ -42,6 +42,7 @@ pub mod rules;
 pub mod sets;
 mod staged;
 mod syn_path;
+mod syn_table;
 
 use std::collections::BTreeMap;
 

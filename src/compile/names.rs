@@ -84,6 +84,17 @@ pub fn staged_policy_chain(policy: &str, direction: Direction) -> String {
 /// be judged by pre-DNAT policy before connection tracking.
 pub const EARLY_DROP_CHAIN: &str = "npg-syn-PREROUTING";
 
+/// Where the early drop's decision table sends the TCP SYNs it knows pre-DNAT policy denies:
+/// the log rules and the drop they would meet in the policy chains.
+pub const EARLY_DROP_DENIED: &str = "npg-syn-denied";
+
+/// The set of the early drop's decision table: the sources its rule drops, or those it
+/// leaves to the walk (one name whatever the members, so that an edit of the policies changes
+/// the members, not the rule).
+pub fn early_drop_set(family: IpFamily) -> String {
+    format!("npg{}-syn-sources", family.number())
+}
+
 /// The raw table's copy of one of the pre-DNAT path's own chains (dispatch, endpoint,
 /// failsafe), for the early drop: `npg-syn-…`, apart from the doNotTrack chains of the same
 /// shape that raw may hold. Policy chains keep their names: a policy is on one path only.

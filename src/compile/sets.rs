@@ -99,6 +99,11 @@ impl<'m> SetRegistry<'m> {
         self.recording.is_none() && self.sets.contains_key(name)
     }
 
+    /// A set registered so far.
+    pub(super) fn get(&self, name: &str) -> Option<&IpSet> {
+        self.sets.get(name)
+    }
+
     /// The family the sets are registered for.
     pub fn family(&self) -> IpFamily {
         self.family
@@ -128,6 +133,12 @@ impl<'m> SetRegistry<'m> {
     /// A set holding `nets` (of this family), named after `identity`.
     pub fn nets(&mut self, identity: &str, nets: &[IpNet], purpose: &str) -> String {
         let name = names::set_name(self.family, "n", identity);
+        let members = net_members(nets);
+        self.insert(name, SetKind::Net, members, purpose)
+    }
+
+    /// A set holding `nets` (of this family), named `name` whatever they are.
+    pub(super) fn nets_named(&mut self, name: String, nets: &[IpNet], purpose: &str) -> String {
         let members = net_members(nets);
         self.insert(name, SetKind::Net, members, purpose)
     }

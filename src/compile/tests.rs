@@ -473,11 +473,51 @@ fn early_drop_judges_syns_in_raw_with_the_same_policy_chains() {
             target: "npg-PREROUTING".into()
         }]
     );
+    // The decision table first: a SYN to the guarded port from anywhere but the whitelist and
+    // the host's own addresses, on any interface but `lo`, meets what the walk would give it.
     assert_eq!(
         chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING"),
         vec![
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN that pre-DNAT policy denies: dropped before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m multiport --dports 30008 ! -i lo -m set ! --match-set npg4-syn-sources src -g npg-syn-denied",
             "-A npg-PREROUTING -m comment --comment \"TCP SYN: pre-DNAT policy before connection tracking\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m multiport --dports 30008 -g npg-syn-PREROUTING",
         ]
+    );
+    let members: Vec<String> = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .expect("v4")
+        .sets
+        .iter()
+        .find(|set| set.name == "npg4-syn-sources")
+        .expect("the table's set")
+        .members
+        .iter()
+        .map(|member| format!("{member:?}"))
+        .collect();
+    assert_eq!(
+        members,
+        [
+            "198.51.100.1/32",
+            "198.51.100.10/32",
+            "198.51.100.12/32",
+            "203.0.113.0/28"
+        ]
+        .map(|net| format!("Net({net})"))
+    );
+    let policy_rule = "-m comment --comment \"policy allow-cluster-nodeport-only ingress rule 1\"";
+    assert_eq!(
+        chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-syn-denied"),
+        vec![
+            format!(
+                "-A npg-syn-denied {policy_rule} -j NFLOG --nflog-prefix \"DPI1|allow-cluster-nodeport-only\" --nflog-group 1 --nflog-size 80 --nflog-threshold 1"
+            ),
+            format!("-A npg-syn-denied {policy_rule} -j DROP"),
+        ]
+    );
+    let denied = raw.chain("npg-syn-denied").expect("the table's chain");
+    assert!(
+        denied.rules[1].origin.is_some(),
+        "status counts the table's drops for the policy rule"
     );
     // The failsafe ports are not among the SYNs raw judges, the tier's mark bits are known
     // clear and the endpoint chain's last return changes nothing: raw's top chain jumps to the
@@ -493,7 +533,7 @@ fn early_drop_judges_syns_in_raw_with_the_same_policy_chains() {
             "-A npg-syn-PREROUTING -m comment --comment \"judged by pre-DNAT policy before connection tracking: not dropped\" -j MARK --set-xmark 0x100000/0x100000",
         ]
     );
-    assert_eq!(raw.chains.len(), 3, "{:#?}", raw.chains);
+    assert_eq!(raw.chains.len(), 4, "{:#?}", raw.chains);
     // The policy chain is mangle's but for the clear of bits nothing has set yet.
     let mangle = v4.table(Table::Mangle).expect("mangle");
     let rules = |table: &crate::ruleset::TableRuleset| {
@@ -773,4 +813,47 @@ fn model_of(text: &str) -> Model {
         crate::diagnostic::render_all(&diagnostics, &sources)
     );
     model
+}
+
+/// The decision table follows the host endpoint: with pre-DNAT policy on `eth0` only, SYNs on
+/// other interfaces are not judged, so the table's rule names `eth0`.
+#[test]
+fn early_drop_table_names_the_one_interface_it_drops_on() {
+    let endpoint = HostEndpoint {
+        name: "node-1-eth0".into(),
+        labels: BTreeMap::new(),
+        node: "node-1".into(),
+        interface: EndpointInterface::Named("eth0".into()),
+        expected_ips: Vec::new(),
+        ports: Vec::new(),
+        default_allow: false,
+        origin: Some(origin()),
+    };
+    let model = model_for_tests(vec![mission()], Vec::new(), vec![endpoint]);
+    let compiled = compile(&model, &Config::default(), &host());
+    let top = chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING");
+    assert_eq!(top.len(), 2, "{top:#?}");
+    assert!(
+        top[0].contains(" -i eth0 -m set ! --match-set npg4-syn-sources src -g npg-syn-denied"),
+        "{top:#?}"
+    );
+}
+
+/// A rule that looks at the destination address is beyond the table (it keys on the source
+/// and the port only): every SYN walks the chains.
+#[test]
+fn early_drop_has_no_table_where_the_chains_look_at_the_destination() {
+    let mut deny = tcp_port(PolicyAction::Deny, vec![Port::Single(30008)]);
+    deny.destination.nets = nets(&["198.51.100.1/32"]);
+    let policy = policy("deny-to-one", 10.0, PolicyKind::PreDnat, vec![deny]);
+    let compiled = compile_policies(vec![policy], &Config::default());
+    let top = chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING");
+    assert_eq!(top.len(), 1, "{top:#?}");
+    assert!(top[0].ends_with("-g npg-syn-PREROUTING"), "{top:#?}");
+    let raw = compiled
+        .ruleset
+        .family(IpFamily::V4)
+        .and_then(|family| family.table(Table::Raw))
+        .expect("raw");
+    assert!(raw.chain("npg-syn-denied").is_none());
 }
