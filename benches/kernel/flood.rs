@@ -12,8 +12,13 @@
 //! * nodeport-guard with `earlyDrop: false`: the mission whitelist judged in mangle;
 //! * nodeport-guard with `earlyDrop: true` (the default): denied SYNs dropped in raw.
 //!
+//! Each `--flood-script FILE` adds one more setup per backend: a shell script run in the
+//! node's namespace that sets up its own drop (to weigh what a part of a rule costs, for
+//! example our rule without its set match).
+//!
 //! The setups take turns, round after round; each figure is the median of its per-round
-//! ratios to the floor of its backend.
+//! ratios to the floor of its backend. Rounds are short and many: the machine's speed drifts
+//! over seconds, and a floor measured within a second of each setup cancels that out.
 
 use std::io::Write as _;
 use std::net::SocketAddrV4;
@@ -40,11 +45,15 @@ fn mission_nets() -> Vec<String> {
 }
 
 /// How a setup drops the flood.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Dropper {
     RawFloor,
     BareMangle,
-    Guard { early_drop: bool },
+    Guard {
+        early_drop: bool,
+    },
+    /// A `--flood-script`.
+    Script(String),
 }
 
 impl Dropper {
@@ -55,12 +64,22 @@ impl Dropper {
         Dropper::Guard { early_drop: true },
     ];
 
-    fn name(self) -> &'static str {
+    fn all(opts: &Opts) -> Vec<Dropper> {
+        let scripts = opts.flood_scripts.iter().cloned().map(Dropper::Script);
+        Dropper::ALL.into_iter().chain(scripts).collect()
+    }
+
+    fn name(&self) -> String {
         match self {
-            Dropper::RawFloor => "a bare raw PREROUTING drop (the floor)",
-            Dropper::BareMangle => "a bare mangle PREROUTING drop (after conntrack)",
-            Dropper::Guard { early_drop: false } => "nodeport-guard, earlyDrop: false (mangle)",
-            Dropper::Guard { early_drop: true } => "nodeport-guard, earlyDrop: true (raw)",
+            Dropper::RawFloor => "a bare raw PREROUTING drop (the floor)".to_owned(),
+            Dropper::BareMangle => "a bare mangle PREROUTING drop (after conntrack)".to_owned(),
+            Dropper::Guard { early_drop: false } => {
+                "nodeport-guard, earlyDrop: false (mangle)".to_owned()
+            }
+            Dropper::Guard { early_drop: true } => {
+                "nodeport-guard, earlyDrop: true (raw)".to_owned()
+            }
+            Dropper::Script(path) => format!("script {path}"),
         }
     }
 }
@@ -105,13 +124,17 @@ fn bare_rule(backend: Bk, table: &str) -> Vec<crate::run::Step> {
 
 fn setup(backend: Bk, dropper: Dropper) -> FloodSetup {
     let (lab, sink) = packet_lab(backend.lab());
-    let site = match dropper {
+    let site = match &dropper {
         Dropper::RawFloor => {
             run_steps(lab.node(), &bare_rule(backend, "raw"));
             None
         }
         Dropper::BareMangle => {
             run_steps(lab.node(), &bare_rule(backend, "mangle"));
+            None
+        }
+        Dropper::Script(path) => {
+            run_steps(lab.node(), &[step("sh", &["-e", path], None)]);
             None
         }
         Dropper::Guard { early_drop } => {
@@ -156,11 +179,11 @@ fn absorbed_per_second(lab: &Lab, duration: Duration) -> f64 {
 }
 
 pub(crate) fn flood_scenario(opts: &Opts, report: &mut Report) {
-    let rounds = opts.runs(9, 3);
-    let duration = Duration::from_millis(if opts.quick { 400 } else { 1000 });
+    let rounds = opts.runs(25, 5);
+    let duration = Duration::from_millis(if opts.quick { 200 } else { 400 });
     let mut setups = Vec::new();
     for &backend in &opts.backends {
-        for dropper in Dropper::ALL {
+        for dropper in Dropper::all(opts) {
             setups.push(setup(backend, dropper));
         }
     }
@@ -183,18 +206,18 @@ pub(crate) fn flood_scenario(opts: &Opts, report: &mut Report) {
     }
     println!();
     for &backend in &opts.backends {
-        let of = |dropper: Dropper| {
+        let of = |dropper: &Dropper| {
             setups
                 .iter()
-                .position(|s| s.backend == backend && s.dropper == dropper)
+                .position(|s| s.backend == backend && s.dropper == *dropper)
                 .map(|index| &rates[index])
                 .expect("every setup ran")
         };
-        let floor = of(Dropper::RawFloor);
-        for dropper in Dropper::ALL {
-            let own = of(dropper);
+        let floor = of(&Dropper::RawFloor);
+        for dropper in Dropper::all(opts) {
+            let own = of(&dropper);
             let ratios: Vec<f64> = own.iter().zip(floor).map(|(a, b)| a / b.max(1.0)).collect();
-            let target = match dropper {
+            let target = match &dropper {
                 Dropper::Guard { early_drop: true } => Target::AtLeast(0.9),
                 _ => Target::None,
             };

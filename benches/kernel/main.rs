@@ -23,7 +23,8 @@
 //!   10, 1,000 and 100,000 CIDRs, versus no firewall and versus one rule per CIDR.
 //! * `flood`: TCP SYNs from spoofed sources to the guarded NodePort absorbed per second, with
 //!   the early drop on and off, versus one bare drop rule in raw `PREROUTING` (the floor) and
-//!   in mangle `PREROUTING`.
+//!   in mangle `PREROUTING`; `--flood-script FILE` adds a setup of one's own (the scripts in
+//!   `benches/kernel/flood-parts/` weigh the parts of the early drop's rule on iptables-nft).
 //! * `idle`: the daemon at rest with 1,000 policies: resident memory and CPU.
 //!
 //! Needs root (network namespaces); without it every scenario is skipped with a message and

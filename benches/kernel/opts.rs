@@ -50,6 +50,9 @@ pub(crate) struct Opts {
     pub(crate) backends: Vec<Bk>,
     pub(crate) policies: usize,
     pub(crate) runs: Option<usize>,
+    /// Shell scripts that each set up one more way to drop the `flood` scenario's SYNs in the
+    /// node's namespace, measured beside the others (to weigh what a rule's parts cost).
+    pub(crate) flood_scripts: Vec<String>,
 }
 
 pub(crate) const SCENARIOS: [&str; 8] = [
@@ -65,7 +68,7 @@ pub(crate) const SCENARIOS: [&str; 8] = [
 
 pub(crate) const USAGE: &str =
     "usage: cargo bench --bench kernel -- [SCENARIO…] [--quick] [--runs N] \
-[--policies N] [--backend iptables-legacy,iptables-nft,nftables]
+[--policies N] [--backend iptables-legacy,iptables-nft,nftables] [--flood-script FILE]…
 scenarios: plan apply loop incremental reload packet flood idle (default: all)";
 
 pub(crate) fn parse_opts(args: &[String]) -> Result<Opts, String> {
@@ -75,6 +78,7 @@ pub(crate) fn parse_opts(args: &[String]) -> Result<Opts, String> {
         backends: Bk::ALL.to_vec(),
         policies: 1_000,
         runs: None,
+        flood_scripts: Vec::new(),
     };
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
@@ -87,6 +91,10 @@ pub(crate) fn parse_opts(args: &[String]) -> Result<Opts, String> {
                         .and_then(|v| v.parse().ok())
                         .ok_or("--runs needs a number")?,
                 );
+            }
+            "--flood-script" => {
+                let path = iter.next().ok_or("--flood-script needs a file")?;
+                opts.flood_scripts.push(path.clone());
             }
             "--policies" => {
                 opts.policies = iter
