@@ -1,9 +1,13 @@
-//! Property tests: bad input never panics anything, and every valid policy set compiles into a
+//! Property tests: bad input never panics anything, every valid policy set compiles into a
 //! ruleset the kernel would accept (names within limits, every jump to a chain that exists,
-//! every set referenced exists) and that reads back as itself.
+//! every set referenced exists) and that reads back as itself, and the early drop's decision
+//! table drops only the SYNs `trace` says the policies deny.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use nodeport_guard::compile::compile;
 use nodeport_guard::config::Config;
@@ -11,14 +15,18 @@ use nodeport_guard::dataplane::Backend as _;
 use nodeport_guard::dataplane::iptables;
 use nodeport_guard::dataplane::iptables::parse::parse_iptables_save;
 use nodeport_guard::dataplane::iptables::render::render_table;
-use nodeport_guard::facts::HostFacts;
+use nodeport_guard::facts::{HostFacts, Interface};
 use nodeport_guard::load::parse_file;
+use nodeport_guard::model::IpFamily;
 use nodeport_guard::plan::plan;
 use nodeport_guard::policy_set::load as load_policies;
-use nodeport_guard::ruleset::{Action, MAX_CHAIN_NAME, MAX_SET_NAME, Match, Ruleset};
+use nodeport_guard::ruleset::{
+    Action, IpSet, MAX_CHAIN_NAME, MAX_SET_NAME, Match, Rule, Ruleset, SetMember, Side, Table,
+};
 use nodeport_guard::selector::Selector;
 use nodeport_guard::source::{SourceFile, Sources};
 use nodeport_guard::state::State;
+use nodeport_guard::trace::{ConnState, Evaluator, Outcome, Packet, Travel};
 use nodeport_guard::validate::validate;
 use proptest::prelude::*;
 
@@ -296,5 +304,183 @@ proptest! {
         let remaining = plan(&desired, &observed);
         let chain_changes: usize = remaining.tables.iter().map(|t| t.chains.len()).sum();
         prop_assert_eq!(chain_changes, 0, "{:?}", remaining.summary());
+    }
+}
+
+/// Whether the early drop's table rule (the `npg-PREROUTING` rule of raw that goes to
+/// `npg-syn-denied`) matches a TCP SYN from `src` to `dport` arriving on `interface`, read off
+/// its matches as the kernel would (sets by their members).
+fn table_rule_matches(
+    rule: &Rule,
+    sets: &[IpSet],
+    src: IpAddr,
+    dport: u16,
+    interface: &str,
+) -> bool {
+    let in_net = |net: &IpNet| net.contains(&src);
+    rule.matches.iter().all(|matched| match matched {
+        Match::Protocol { number, negated } => (*number == 6) != *negated,
+        Match::TcpSyn => true,
+        Match::Ports {
+            side: Side::Destination,
+            ports,
+            negated,
+        } => ports.iter().any(|p| p.first <= dport && dport <= p.last) != *negated,
+        Match::InInterface(name) => name == interface,
+        Match::NotInInterface(name) => name != interface,
+        Match::Net {
+            side: Side::Source,
+            net,
+            negated,
+        } => in_net(net) != *negated,
+        Match::Set {
+            side: Side::Source,
+            name,
+            negated,
+            ..
+        } => {
+            let set = sets
+                .iter()
+                .find(|set| set.name == *name)
+                .expect("the table's set exists");
+            let member = set.members.iter().any(|member| match member {
+                SetMember::Net(net) => in_net(net),
+                SetMember::Ip(ip) => *ip == src,
+                SetMember::IpPort(..) => panic!("the table's set holds networks"),
+            });
+            member != *negated
+        }
+        other => panic!("the table's rule has a match it should not have: {other:?}"),
+    })
+}
+
+/// Addresses around every network the generated policies name, the office set's, the host's
+/// own and one no policy names.
+fn probe_sources(policies: &[GeneratedPolicy]) -> Vec<IpAddr> {
+    let mut bytes: BTreeSet<u8> = BTreeSet::new();
+    for rule in policies.iter().flat_map(|p| &p.rules) {
+        bytes.extend(rule.nets.iter().copied());
+        bytes.extend(rule.not_nets.iter().map(|b| b.wrapping_add(128)));
+    }
+    let mut out: Vec<IpAddr> = Vec::new();
+    for byte in bytes {
+        for last in [0u8, 1, 255] {
+            out.push(IpAddr::from([203, 0, byte, last]));
+        }
+        out.push(IpAddr::from([
+            0x2001,
+            0xdb8,
+            u16::from(byte),
+            0,
+            0,
+            0,
+            0,
+            1,
+        ]));
+        out.push(IpAddr::from([
+            0x2001,
+            0xdb8,
+            u16::from(byte),
+            0xffff,
+            0,
+            0,
+            0,
+            1,
+        ]));
+    }
+    out.extend([
+        IpAddr::from([198, 51, 100, 9]),
+        IpAddr::from([0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 9]),
+        IpAddr::from([192, 0, 2, 2]),
+        IpAddr::from([0x2001, 0xdb8, 0xaa, 0, 0, 0, 0, 2]),
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from([198, 18, 0, 1]),
+        IpAddr::from([0x2001, 0xdb8, 0xeeee, 0, 0, 0, 0, 1]),
+    ]);
+    out
+}
+
+/// Ports at and beside every port and range the generated policies name, a failsafe port and
+/// one no policy names.
+fn probe_ports(policies: &[GeneratedPolicy]) -> Vec<u16> {
+    let mut ports: BTreeSet<u16> = BTreeSet::from([22, 30000, 65535]);
+    for rule in policies.iter().flat_map(|p| &p.rules) {
+        for (first, last) in &rule.ports {
+            ports.extend([*first, *last, first.saturating_sub(1).max(1), last + 1]);
+        }
+        ports.extend(rule.not_ports.iter().copied());
+    }
+    ports.into_iter().collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The early drop's decision table drops a TCP SYN only where `trace` (which evaluates the
+    /// policies, not the rules) says pre-DNAT policy drops it, with the same NFLOG messages on
+    /// the way: the table is a shortcut of the walk, never a second opinion.
+    #[test]
+    fn the_early_drop_table_drops_only_what_the_policies_deny(policies in prop::collection::vec(arb_policy(), 1..5)) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("generated.yaml");
+        let text = yaml(&policies);
+        std::fs::write(&file, &text).expect("write");
+        let set = load_policies(&[file]);
+        prop_assert!(set.is_valid(), "generated policies must be valid\n{text}");
+        let host = HostFacts {
+            node_name: "node1".to_owned(),
+            interfaces: vec![
+                Interface { name: "eth0".to_owned(), addresses: vec![IpAddr::from([192, 0, 2, 2]), IpAddr::from([0x2001, 0xdb8, 0xaa, 0, 0, 0, 0, 2])] },
+                Interface { name: "lo".to_owned(), addresses: vec![IpAddr::from([127, 0, 0, 1]), IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1])] },
+            ],
+            ipv6: true,
+            ipv6_off_reason: None,
+        };
+        let config = Config::default();
+        let compiled = compile(&set.model, &config, &host);
+        let evaluator = Evaluator::new(&set.model, &config, &host);
+        let sources = probe_sources(&policies);
+        let ports = probe_ports(&policies);
+        for family in &compiled.ruleset.families {
+            let Some(raw) = family.table(Table::Raw) else { continue };
+            let Some(top) = raw.chain("npg-PREROUTING") else { continue };
+            let Some(rule) = top.rules.iter().find(|rule| rule.action == Action::Goto("npg-syn-denied".to_owned())) else { continue };
+            let denied = raw.chain("npg-syn-denied").expect("the table's chain exists");
+            let logged: Vec<String> = denied.rules.iter().filter_map(|rule| match &rule.action {
+                Action::Nflog { prefix, .. } => Some(prefix.clone()),
+                _ => None,
+            }).collect();
+            let dst = match family.family {
+                IpFamily::V4 => IpAddr::from([192, 0, 2, 2]),
+                IpFamily::V6 => IpAddr::from([0x2001, 0xdb8, 0xaa, 0, 0, 0, 0, 2]),
+            };
+            for src in sources.iter().filter(|a| a.is_ipv4() == dst.is_ipv4()) {
+                for dport in &ports {
+                    for interface in ["eth0", "lo"] {
+                        if !table_rule_matches(rule, &family.sets, *src, *dport, interface) {
+                            continue;
+                        }
+                        let packet = Packet {
+                            src: *src,
+                            dst,
+                            protocol: 6,
+                            sport: Some(40000),
+                            dport: Some(*dport),
+                            icmp_type: None,
+                            icmp_code: None,
+                            in_interface: Some(interface.to_owned()),
+                            out_interface: None,
+                            travel: Travel::Inbound,
+                            state: ConnState::New,
+                        };
+                        let trace = evaluator.trace(&packet);
+                        let what = format!("a SYN from {src} to port {dport} on {interface}\n{text}");
+                        prop_assert_eq!(trace.verdict.outcome, Outcome::Dropped, "the table drops {} but the policies do not: {:?}", what, trace.verdict);
+                        let prefixes: Vec<String> = trace.logs.iter().map(|log| log.prefix.clone()).collect();
+                        prop_assert_eq!(&prefixes, &logged, "NFLOG of {}", what);
+                    }
+                }
+            }
+        }
     }
 }
