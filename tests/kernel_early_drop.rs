@@ -124,18 +124,11 @@ fn denied_syns_are_dropped_before_connection_tracking_under_a_flood(backend: Bac
     );
     // The decision table dropped them (`npg-syn-denied`), and `status` counts them for the
     // Deny rule all the same.
-    let status = guard.status_json();
-    let deny = status["rules"]
-        .as_array()
-        .expect("rules")
-        .iter()
-        .find(|row| row["policy"] == MISSION_NAME && row["rule"] == 1)
-        .unwrap_or_else(|| panic!("no row for the Deny rule in {status:#}"))
-        .clone();
     // (Some of what the sender wrote may be lost in the veth's backlog before netfilter.)
+    let counted = deny_rule_packets(&guard);
     assert!(
-        deny["packets"].as_u64().unwrap_or(0) >= sent / 2,
-        "{sent} flood SYNs sent, the Deny rule counts: {deny}"
+        counted >= sent / 2,
+        "{sent} flood SYNs sent, the Deny rule counts {counted}"
     );
     let raw = guard.our_rules_and_members();
     assert!(raw.contains("npg-syn-denied"), "{raw}");
@@ -151,5 +144,24 @@ fn denied_syns_are_dropped_before_connection_tracking_under_a_flood(backend: Bac
         "{sent} flood SYNs sent: with earlyDrop off they reach conntrack and mangle"
     );
     assert_eq!(flood_entries(&lab), Vec::<String>::new());
+    // Mangle's decision table dropped them, and `status` counts them for the Deny rule.
+    let counted = deny_rule_packets(&guard);
+    assert!(
+        counted >= sent / 2,
+        "{sent} flood SYNs sent with earlyDrop off, the Deny rule counts {counted}"
+    );
+}
+
+/// The packets `status` counts for the mission's Deny rule.
+fn deny_rule_packets(guard: &Guard) -> u64 {
+    let status = guard.status_json();
+    let deny = status["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|row| row["policy"] == MISSION_NAME && row["rule"] == 1)
+        .unwrap_or_else(|| panic!("no row for the Deny rule in {status:#}"))
+        .clone();
+    deny["packets"].as_u64().unwrap_or(0)
 }
 backend_tests!(denied_syns_are_dropped_before_connection_tracking_under_a_flood);

@@ -321,6 +321,12 @@ fn table_rule_matches(
     rule.matches.iter().all(|matched| match matched {
         Match::Protocol { number, negated } => (*number == 6) != *negated,
         Match::TcpSyn => true,
+        // Our mark bits are clear on a packet that comes in (doNotTrack has not accepted it).
+        Match::Mark {
+            value: 0,
+            negated: false,
+            ..
+        } => true,
         Match::Ports {
             side: Side::Destination,
             ports,
@@ -416,11 +422,12 @@ fn probe_ports(policies: &[GeneratedPolicy]) -> Vec<u16> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-    /// The early drop's decision table drops a TCP SYN only where `trace` (which evaluates the
-    /// policies, not the rules) says pre-DNAT policy drops it, with the same NFLOG messages on
-    /// the way: the table is a shortcut of the walk, never a second opinion.
+    /// The early drop's decision table (in raw, or in mangle with `earlyDrop: false`) drops a
+    /// TCP SYN only where `trace` (which evaluates the policies, not the rules) says pre-DNAT
+    /// policy drops it, with the same NFLOG messages on the way: the table is a shortcut of the
+    /// walk, never a second opinion.
     #[test]
-    fn the_early_drop_table_drops_only_what_the_policies_deny(policies in prop::collection::vec(arb_policy(), 1..5)) {
+    fn the_early_drop_table_drops_only_what_the_policies_deny(policies in prop::collection::vec(arb_policy(), 1..5), early_drop in any::<bool>()) {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("generated.yaml");
         let text = yaml(&policies);
@@ -436,16 +443,19 @@ proptest! {
             ipv6: true,
             ipv6_off_reason: None,
         };
-        let config = Config::default();
+        // With `earlyDrop: false` the table sits in mangle, after the return for established
+        // connections.
+        let config = Config { early_drop, ..Config::default() };
+        let table = if early_drop { Table::Raw } else { Table::Mangle };
         let compiled = compile(&set.model, &config, &host);
         let evaluator = Evaluator::new(&set.model, &config, &host);
         let sources = probe_sources(&policies);
         let ports = probe_ports(&policies);
         for family in &compiled.ruleset.families {
-            let Some(raw) = family.table(Table::Raw) else { continue };
-            let Some(top) = raw.chain("npg-PREROUTING") else { continue };
+            let Some(holder) = family.table(table) else { continue };
+            let Some(top) = holder.chain("npg-PREROUTING") else { continue };
             let Some(rule) = top.rules.iter().find(|rule| rule.action == Action::Goto("npg-syn-denied".to_owned())) else { continue };
-            let denied = raw.chain("npg-syn-denied").expect("the table's chain exists");
+            let denied = holder.chain("npg-syn-denied").expect("the table's chain exists");
             let logged: Vec<String> = denied.rules.iter().filter_map(|rule| match &rule.action {
                 Action::Nflog { prefix, .. } => Some(prefix.clone()),
                 _ => None,

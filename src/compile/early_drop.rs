@@ -172,7 +172,10 @@ fn without(ranges: Vec<(u16, u16)>, open: &[u16]) -> Vec<PortRange> {
 
 impl Compiler<'_> {
     /// Adds the early drop to raw, and mangle's return for the SYNs it judged, when
-    /// `earlyDrop` is on and pre-DNAT policy is enforced here.
+    /// `earlyDrop` is on and pre-DNAT policy is enforced here. With `earlyDrop: false` every
+    /// drop stays in mangle, but the decision table still takes the SYNs it knows are denied
+    /// straight to their log rules and drop, right after mangle's return for established
+    /// connections.
     pub(super) fn early_drop(
         &self,
         builders: &mut BTreeMap<Table, TableBuilder>,
@@ -181,7 +184,7 @@ impl Compiler<'_> {
         bindings: &[Binding<'_>],
     ) {
         let enforces = |path: Path| bindings.iter().any(|binding| path.enforced(binding));
-        if !self.config.early_drop || !enforces(Path::PreDnatIn) {
+        if !enforces(Path::PreDnatIn) {
             return;
         }
         let Some(mangle) = builders.get_mut(&Table::Mangle) else {
@@ -197,7 +200,6 @@ impl Compiler<'_> {
         };
         let marks = self.marks;
         let judged = marks.scratch1;
-        mark_judged_syns(mangle, judged);
 
         let mut top = vec![Rule::new(Vec::new(), clear_bits(marks.all()))];
         top.extend(self_traffic_rules(Side::Source, sets, own_addresses));
@@ -223,10 +225,6 @@ impl Compiler<'_> {
             sets,
             marks.all(),
         );
-        let raw = builders.entry(Table::Raw).or_default();
-        for (name, rules) in chains {
-            raw.add(Chain { name, rules });
-        }
 
         // Only SYNs to a port pre-DNAT policy can deny (not a failsafe one) are judged here:
         // every other packet leaves raw after this one rule. What doNotTrack policy accepted,
@@ -242,7 +240,44 @@ impl Compiler<'_> {
         if enforces(Path::UntrackedIn) {
             matches.push(mark_clear(marks.accept));
         }
-        let denied = table.and_then(|table| denied_rule(table, &matches, sets));
+
+        if !self.config.early_drop {
+            let denied = table.and_then(|table| {
+                denied_rule(
+                    table,
+                    &matches,
+                    sets,
+                    "TCP SYN that pre-DNAT policy denies (decision table)",
+                )
+            });
+            if let Some((rule, chain)) = denied {
+                after_conntrack_return(mangle, rule);
+                mangle.add(chain);
+            }
+            return;
+        }
+        let skip = Rule::new(
+            syn_matches()
+                .into_iter()
+                .chain([mark_set(judged)])
+                .collect(),
+            Action::Return,
+        )
+        .comment("TCP SYN judged in raw PREROUTING before connection tracking");
+        after_conntrack_return(mangle, skip);
+
+        let raw = builders.entry(Table::Raw).or_default();
+        for (name, rules) in chains {
+            raw.add(Chain { name, rules });
+        }
+        let denied = table.and_then(|table| {
+            denied_rule(
+                table,
+                &matches,
+                sets,
+                "TCP SYN that pre-DNAT policy denies: dropped before connection tracking",
+            )
+        });
         let syn = Rule::new(matches, Action::Goto(names::EARLY_DROP_CHAIN.to_owned()))
             .comment("TCP SYN: pre-DNAT policy before connection tracking");
         let mut added = Vec::new();
@@ -278,6 +313,7 @@ fn denied_rule(
     table: syn_table::Table,
     dispatch: &[Match],
     sets: &mut SetRegistry<'_>,
+    comment: &str,
 ) -> Option<(Rule, Chain)> {
     if table.ports.iter().map(PortRange::slots).sum::<usize>() > MULTIPORT_SLOTS {
         return None;
@@ -333,8 +369,8 @@ fn denied_rule(
             });
         }
     }
-    let rule = Rule::new(matches, Action::Goto(names::EARLY_DROP_DENIED.to_owned()))
-        .comment("TCP SYN that pre-DNAT policy denies: dropped before connection tracking");
+    let rule =
+        Rule::new(matches, Action::Goto(names::EARLY_DROP_DENIED.to_owned())).comment(comment);
     let chain = Chain {
         name: names::EARLY_DROP_DENIED.to_owned(),
         rules: table.denied.into(),
@@ -342,15 +378,12 @@ fn denied_rule(
     Some((rule, chain))
 }
 
-/// Mangle's return for the SYNs the early drop judged, right after the return for replies.
-fn mark_judged_syns(mangle: &mut TableBuilder, judged: u32) {
+/// Puts `rule` in mangle's top chain right after its return for replies and established
+/// connections.
+fn after_conntrack_return(mangle: &mut TableBuilder, rule: Rule) {
     let Some(chain) = mangle.chains.get_mut(TOP) else {
         return;
     };
-    let mut matches = syn_matches();
-    matches.push(mark_set(judged));
-    let skip = Rule::new(matches, Action::Return)
-        .comment("TCP SYN judged in raw PREROUTING before connection tracking");
     let mut rules = chain.rules.to_vec();
     let after = rules
         .iter()
@@ -360,7 +393,7 @@ fn mark_judged_syns(mangle: &mut TableBuilder, judged: u32) {
                 .any(|m| matches!(m, Match::Conntrack(_)))
         })
         .map_or(0, |index| index + 1);
-    rules.insert(after, skip);
+    rules.insert(after, rule);
     chain.rules = rules.into();
 }
 

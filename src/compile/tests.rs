@@ -180,12 +180,22 @@ fn pre_dnat_policy_without_early_drop_hooks_mangle_prerouting_only() {
         top,
         vec![
             "-A npg-PREROUTING -m comment --comment \"replies and established connections\" -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+            "-A npg-PREROUTING -m comment --comment \"TCP SYN that pre-DNAT policy denies (decision table)\" -p tcp -m tcp --tcp-flags SYN,ACK SYN -m multiport --dports 30008 ! -i lo -m set ! --match-set npg4-syn-sources src -g npg-syn-denied",
             "-A npg-PREROUTING -j MARK --set-xmark 0x0/0x1f0000",
             "-A npg-PREROUTING -m comment --comment \"host to itself\" -i lo -j RETURN",
             "-A npg-PREROUTING -m comment --comment \"host to itself (src is a host address)\" -m set --match-set npg4-this-host src -j RETURN",
             "-A npg-PREROUTING -j npg-fh-all-interfaces.any",
         ]
     );
+    // The decision table still shortens the walk of a denied SYN, in mangle: the policy rule's
+    // NFLOG and DROP, nothing before them.
+    let denied = chain_text(&compiled, IpFamily::V4, Table::Mangle, "npg-syn-denied");
+    assert_eq!(denied.len(), 2, "{denied:#?}");
+    assert!(
+        denied[0].contains("-j NFLOG --nflog-prefix \"DPI1|allow-cluster-nodeport-only\""),
+        "{denied:#?}"
+    );
+    assert!(denied[1].ends_with("-j DROP"), "{denied:#?}");
     let endpoint = chain_text(
         &compiled,
         IpFamily::V4,
