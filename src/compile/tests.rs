@@ -87,6 +87,20 @@ fn host() -> HostFacts {
     }
 }
 
+/// `node-1`'s endpoint on `eth0`, without a profile (default deny).
+fn eth0_endpoint() -> HostEndpoint {
+    HostEndpoint {
+        name: "node-1-eth0".into(),
+        labels: BTreeMap::new(),
+        node: "node-1".into(),
+        interface: EndpointInterface::Named("eth0".into()),
+        expected_ips: Vec::new(),
+        ports: Vec::new(),
+        default_allow: false,
+        origin: Some(origin()),
+    }
+}
+
 fn compile_policies(policies: Vec<Policy>, config: &Config) -> Compiled {
     let model = model_for_tests(policies, Vec::new(), Vec::new());
     compile(&model, config, &host())
@@ -613,16 +627,7 @@ fn no_policy_means_no_rules() {
 
 #[test]
 fn explicit_endpoint_without_profile_is_default_deny_even_without_policy() {
-    let endpoint = HostEndpoint {
-        name: "node-1-eth0".into(),
-        labels: BTreeMap::new(),
-        node: "node-1".into(),
-        interface: EndpointInterface::Named("eth0".into()),
-        expected_ips: Vec::new(),
-        ports: Vec::new(),
-        default_allow: false,
-        origin: Some(origin()),
-    };
+    let endpoint = eth0_endpoint();
     let model = model_for_tests(Vec::new(), Vec::new(), vec![endpoint]);
     let compiled = compile(&model, &Config::default(), &host());
     let endpoint = chain_text(&compiled, IpFamily::V4, Table::Filter, "npg-fh-eth0");
@@ -829,16 +834,7 @@ fn model_of(text: &str) -> Model {
 /// other interfaces are not judged, so the table's rule names `eth0`.
 #[test]
 fn early_drop_table_names_the_one_interface_it_drops_on() {
-    let endpoint = HostEndpoint {
-        name: "node-1-eth0".into(),
-        labels: BTreeMap::new(),
-        node: "node-1".into(),
-        interface: EndpointInterface::Named("eth0".into()),
-        expected_ips: Vec::new(),
-        ports: Vec::new(),
-        default_allow: false,
-        origin: Some(origin()),
-    };
+    let endpoint = eth0_endpoint();
     let model = model_for_tests(vec![mission()], Vec::new(), vec![endpoint]);
     let compiled = compile(&model, &Config::default(), &host());
     let top = chain_text(&compiled, IpFamily::V4, Table::Raw, "npg-PREROUTING");
