@@ -12,7 +12,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -294,9 +293,7 @@ exit $rc
 "#
         );
         let path = self.dir.path().join(program);
-        std::fs::write(&path, script).expect("write wrapper");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod wrapper");
+        support::executable::write_executable(&path, script);
     }
 
     /// Wraps the four iptables restore programs.

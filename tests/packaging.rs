@@ -10,6 +10,8 @@
 //! `cargo install cargo-deb` the first time), so that test runs only with
 //! `NPG_REQUIRE_KERNEL_TESTS=1` or `NPG_TEST_DEB=1`.
 
+#[path = "support/executable.rs"]
+mod executable;
 mod package_contents;
 
 use std::collections::BTreeMap;
@@ -17,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+use executable::write_executable;
 
 /// The binary under test, built by cargo for this test run.
 const BIN: &str = env!("CARGO_BIN_EXE_nodeport-guard");
@@ -1146,12 +1150,7 @@ fn debian_package_holds_binary_units_config_docs_and_dependencies() {
 
     // The packaged binary is a working build of this version.
     let extracted = control.path().join("nodeport-guard");
-    std::fs::write(&extracted, deb_file(&deb, "/usr/bin/nodeport-guard")).expect("write");
-    let mut permissions = std::fs::metadata(&extracted)
-        .expect("metadata")
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&extracted, permissions).expect("chmod");
+    write_executable(&extracted, deb_file(&deb, "/usr/bin/nodeport-guard"));
     let version = run(Command::new(&extracted).arg("--version"));
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),

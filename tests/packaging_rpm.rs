@@ -10,6 +10,8 @@
 //! (CI), `NPG_TEST_DEB=1` or `NPG_TEST_RPM=1`; without `rpm` it skips with a printed reason,
 //! unless `NPG_REQUIRE_KERNEL_TESTS=1` is set. The scriptlet test needs neither.
 
+#[path = "support/executable.rs"]
+mod executable;
 mod package_contents;
 
 use std::collections::BTreeMap;
@@ -17,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use sha2::{Digest as _, Sha256};
+
+use executable::write_executable;
 
 const SCRIPTLETS: &str = "packaging/rpm/scriptlets";
 
@@ -247,14 +251,10 @@ fn systemctl_calls(script: &str, argument: &str) -> String {
     let dir = tempfile::tempdir().expect("temporary directory");
     let log = dir.path().join("calls");
     let fake = dir.path().join("systemctl");
-    std::fs::write(
+    write_executable(
         &fake,
         format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()),
-    )
-    .expect("write");
-    let mut permissions = std::fs::metadata(&fake).expect("metadata").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&fake, permissions).expect("chmod");
+    );
     let path = format!(
         "{}:{}",
         dir.path().display(),

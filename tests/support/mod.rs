@@ -129,6 +129,7 @@
 pub mod background;
 pub mod cmd;
 pub mod daemon;
+pub mod executable;
 pub mod fixtures;
 pub mod flood;
 pub mod guard;
