@@ -18,7 +18,7 @@
 //! Rules that carry a policy rule's verdict stay wherever they can still match, so `status`
 //! finds its counters in raw as in mangle.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{TableBuilder, names};
@@ -202,20 +202,28 @@ fn reached(chains: &Chains, root: &str) -> BTreeSet<String> {
 
 /// The chains reached from `roots`, each after every chain that jumps or goes to it (the
 /// chains form no cycle: the kernel refuses loops).
-fn callers_first(chains: &Chains, roots: &[&str]) -> Vec<String> {
-    fn visit(chains: &Chains, name: &str, seen: &mut BTreeSet<String>, out: &mut Vec<String>) {
-        if !chains.contains_key(name) || !seen.insert(name.to_owned()) {
+fn callers_first<'a>(chains: &'a Chains, roots: &[&'a str]) -> Vec<&'a str> {
+    fn visit<'a>(
+        chains: &'a Chains,
+        name: &'a str,
+        seen: &mut HashSet<&'a str>,
+        out: &mut Vec<&'a str>,
+    ) {
+        let Some(rules) = chains.get(name) else {
+            return;
+        };
+        if !seen.insert(name) {
             return;
         }
-        for rule in chains[name].iter() {
+        for rule in rules.iter() {
             if let Action::Jump(target) | Action::Goto(target) = &rule.action {
                 visit(chains, target, seen, out);
             }
         }
-        out.push(name.to_owned());
+        out.push(name);
     }
     let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
+    let mut seen = HashSet::new();
     for root in roots {
         visit(chains, root, &mut seen, &mut out);
     }
@@ -224,7 +232,7 @@ fn callers_first(chains: &Chains, roots: &[&str]) -> Vec<String> {
 }
 
 /// The mark bits a chain may set, with the chains it jumps or goes to.
-fn bits_set(chains: &Chains, name: &str, memo: &mut HashMap<String, u32>) -> u32 {
+fn bits_set<'a>(chains: &'a Chains, name: &'a str, memo: &mut HashMap<&'a str, u32>) -> u32 {
     if let Some(bits) = memo.get(name) {
         return *bits;
     }
@@ -236,7 +244,7 @@ fn bits_set(chains: &Chains, name: &str, memo: &mut HashMap<String, u32>) -> u32
             _ => {}
         }
     }
-    memo.insert(name.to_owned(), bits);
+    memo.insert(name, bits);
     bits
 }
 
@@ -286,33 +294,46 @@ fn settle_marks(chains: &mut Chains, roots: &[&str], editable: &dyn Fn(&str) -> 
         bits_set(chains, name, &mut set_by);
     }
     // The bits known clear where each chain is entered: what every way in agrees on.
-    let mut entry: HashMap<String, u32> =
-        roots.iter().map(|root| ((*root).to_owned(), 0)).collect();
+    let mut entry: HashMap<&str, u32> = roots.iter().map(|root| (*root, 0)).collect();
+    // A chain's walk reads its own rules and what its callers' walks noted, never another
+    // chain's rules: the settled chains go in once every chain is walked.
+    let mut settled = Vec::new();
     for name in callers_first(chains, roots) {
-        let Some(clear) = entry.get(&name).copied() else {
+        let Some(clear) = entry.get(name).copied() else {
             continue;
         };
-        let rules = &chains[&name];
-        let kept = walk(rules, clear, &set_by, &mut entry);
-        if editable(&name) && kept[..] != rules[..] {
-            chains.insert(name, kept.into());
+        if let Some(kept) = walk(&chains[name], clear, &set_by, &mut entry, editable(name)) {
+            settled.push((name.to_owned(), kept));
         }
+    }
+    for (name, kept) in settled {
+        chains.insert(name, kept.into());
     }
 }
 
 /// One chain's rules, entered with `clear` known clear, as what is known settles them; notes
-/// in `entry` what is known where it jumps or goes.
-fn walk(
-    rules: &[Rule],
+/// in `entry` what is known where it jumps or goes. Returns the settled rules if `editable`
+/// and they differ from `rules` (most chains have nothing to settle and are not copied).
+fn walk<'a>(
+    rules: &'a [Rule],
     mut clear: u32,
-    set_by: &HashMap<String, u32>,
-    entry: &mut HashMap<String, u32>,
-) -> Vec<Rule> {
-    let mut kept = Vec::with_capacity(rules.len());
+    set_by: &HashMap<&str, u32>,
+    entry: &mut HashMap<&'a str, u32>,
+    editable: bool,
+) -> Option<Vec<Rule>> {
+    // The settled rules, from the first rule that differs on (up to it, `rules`' own).
+    let mut kept: Option<Vec<Rule>> = None;
+    let differs_at = |kept: &mut Option<Vec<Rule>>, index: usize| {
+        if editable && kept.is_none() {
+            *kept = Some(rules[..index].to_vec());
+        }
+    };
     let mut ended = false;
-    for rule in rules {
+    for (index, rule) in rules.iter().enumerate() {
         if ended {
-            kept.push(rule.clone());
+            if let Some(kept) = &mut kept {
+                kept.push(rule.clone());
+            }
             continue;
         }
         if rule
@@ -320,17 +341,32 @@ fn walk(
             .iter()
             .any(|m| settled(m, clear) == Some(false))
         {
+            differs_at(&mut kept, index);
             continue;
         }
-        let mut rule = rule.clone();
-        rule.matches.retain(|m| settled(m, clear) != Some(true));
+        let original = rule;
+        let rule = if rule.matches.iter().any(|m| settled(m, clear) == Some(true)) {
+            differs_at(&mut kept, index);
+            let mut rule = rule.clone();
+            rule.matches.retain(|m| settled(m, clear) != Some(true));
+            std::borrow::Cow::Owned(rule)
+        } else {
+            std::borrow::Cow::Borrowed(rule)
+        };
         let always = rule.matches.is_empty();
         match &rule.action {
-            Action::SetMark { value: 0, mask } if mask & !clear == 0 => continue,
+            Action::SetMark { value: 0, mask } if mask & !clear == 0 => {
+                differs_at(&mut kept, index);
+                continue;
+            }
             Action::SetMark { value, mask } if always => clear = (clear & !mask) | (mask & !value),
             Action::SetMark { value, .. } => clear &= !value,
-            Action::Jump(target) | Action::Goto(target) => {
-                let into = entry.entry(target.clone()).or_insert(clear);
+            Action::Jump(_) | Action::Goto(_) => {
+                // The settled rule's target is the one in `rules`, which `entry` borrows.
+                let (Action::Jump(target) | Action::Goto(target)) = &original.action else {
+                    unreachable!("settling a rule's matches keeps its action")
+                };
+                let into = entry.entry(target.as_str()).or_insert(clear);
                 *into &= clear;
                 clear &= !set_by.get(target.as_str()).copied().unwrap_or(0);
                 ended = always && matches!(rule.action, Action::Goto(_));
@@ -339,7 +375,9 @@ fn walk(
             _ => {}
         }
         clear |= left_only_if_clear(&rule);
-        kept.push(rule);
+        if let Some(kept) = &mut kept {
+            kept.push(rule.into_owned());
+        }
     }
     kept
 }
