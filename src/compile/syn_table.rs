@@ -565,20 +565,25 @@ fn source_pieces(predicates: &[Vec<Interval>], space: Space) -> Option<(Pieces, 
     let words = predicates.len().div_ceil(64).max(1);
     let mut kind: Kind = vec![0; words];
     let mut kinds: Vec<Kind> = Vec::new();
-    let mut known: HashMap<Kind, usize> = HashMap::new();
+    // The kinds seen, by a fingerprint of which predicates hold that each toggle updates
+    // (hashing the whole kind at every piece cost more than the rest of the table).
+    let mut fingerprint = 0u64;
+    let mut known: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut pieces: Vec<(Interval, usize)> = Vec::new();
     let mut at = 0u128;
     let mut toggles = toggles.into_iter().peekable();
     loop {
         while let Some((_, index)) = toggles.next_if(|(position, _)| *position == at) {
             kind[index / 64] ^= 1 << (index % 64);
+            fingerprint ^= scrambled(index as u64);
         }
         let last = toggles.peek().map_or(space.last, |(next, _)| next - 1);
-        let index = match known.get(&kind) {
+        let same = known.entry(fingerprint).or_default();
+        let index = match same.iter().find(|seen| kinds[**seen] == kind) {
             Some(index) => *index,
             None => {
                 kinds.push(kind.clone());
-                known.insert(kind.clone(), kinds.len() - 1);
+                same.push(kinds.len() - 1);
                 kinds.len() - 1
             }
         };
@@ -589,6 +594,15 @@ fn source_pieces(predicates: &[Vec<Interval>], space: Space) -> Option<(Pieces, 
         at = last + 1;
     }
     Some((pieces, kinds))
+}
+
+/// `x`'s bits spread over the whole word (SplitMix64's finalizer), so that the exclusive-or
+/// of a few of them tells sets of predicates apart.
+fn scrambled(x: u64) -> u64 {
+    let x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// What a run of the chains ends in.
