@@ -344,7 +344,9 @@ fn walk<'a>(
             differs_at(&mut kept, index);
             continue;
         }
-        let original = rule;
+        // Settling takes matches away, never changes the action: the action is read from
+        // `rules`, which `entry` borrows.
+        let action = &rule.action;
         let rule = if rule.matches.iter().any(|m| settled(m, clear) == Some(true)) {
             differs_at(&mut kept, index);
             let mut rule = rule.clone();
@@ -354,22 +356,18 @@ fn walk<'a>(
             std::borrow::Cow::Borrowed(rule)
         };
         let always = rule.matches.is_empty();
-        match &rule.action {
+        match action {
             Action::SetMark { value: 0, mask } if mask & !clear == 0 => {
                 differs_at(&mut kept, index);
                 continue;
             }
             Action::SetMark { value, mask } if always => clear = (clear & !mask) | (mask & !value),
             Action::SetMark { value, .. } => clear &= !value,
-            Action::Jump(_) | Action::Goto(_) => {
-                // The settled rule's target is the one in `rules`, which `entry` borrows.
-                let (Action::Jump(target) | Action::Goto(target)) = &original.action else {
-                    unreachable!("settling a rule's matches keeps its action")
-                };
+            Action::Jump(target) | Action::Goto(target) => {
                 let into = entry.entry(target.as_str()).or_insert(clear);
                 *into &= clear;
                 clear &= !set_by.get(target.as_str()).copied().unwrap_or(0);
-                ended = always && matches!(rule.action, Action::Goto(_));
+                ended = always && matches!(action, Action::Goto(_));
             }
             Action::Return | Action::Drop => ended = always,
             _ => {}
