@@ -14,6 +14,18 @@ use tokio::time::Instant;
 /// How many quiet periods a burst may last before the reload happens anyway.
 const MAX_WAIT_IN_QUIET_PERIODS: u32 = 10;
 
+/// How long after a file event, with no other, the reload's work before the kernel is done
+/// ahead; a later event throws that work away. Editors and ConfigMap swaps write in bursts of
+/// a few milliseconds.
+pub const PREPARE_AFTER: Duration = Duration::from_millis(20);
+
+/// When to do a reload's work ahead after an event at `now`, the reload being `due`: after
+/// [`PREPARE_AFTER`] of quiet, if the reload is not due by then.
+pub fn prepare_at(now: Instant, due: Option<Instant>) -> Option<Instant> {
+    let at = now + PREPARE_AFTER;
+    due.filter(|due| *due > at).map(|_| at)
+}
+
 /// The pending reload of one burst of events.
 #[derive(Debug, Clone)]
 pub struct Debounce {
@@ -56,6 +68,21 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn work_is_done_ahead_only_when_the_reload_is_due_later() {
+        let start = Instant::now();
+        let mut debounce = Debounce::new(200 * MS);
+        debounce.event(start);
+        assert_eq!(
+            prepare_at(start, debounce.due()),
+            Some(start + PREPARE_AFTER)
+        );
+        assert_eq!(prepare_at(start, None), None);
+        let mut short = Debounce::new(PREPARE_AFTER);
+        short.event(start);
+        assert_eq!(prepare_at(start, short.due()), None);
+    }
 
     #[test]
     fn nothing_is_due_without_an_event() {

@@ -204,6 +204,8 @@ async fn run_loop(
     let mut pending_addresses: Option<tokio::time::Instant> = None;
     // Files change in bursts too (an editor's temp file and rename, a ConfigMap's swap).
     let mut file_events = debounce::Debounce::new(daemon.settings.config.debounce);
+    // The reload's work before the kernel, done while the debounce runs (see `Daemon::prepare`).
+    let mut prepare_at: Option<tokio::time::Instant> = None;
     let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
 
     loop {
@@ -219,7 +221,11 @@ async fn run_loop(
                         pending_addresses.get_or_insert(now + address_settle);
                     }
                     Event::Drift(trigger) => drift_checks.noticed(now, trigger),
-                    Event::PoliciesChanged => file_events.event(now),
+                    Event::PoliciesChanged => {
+                        file_events.event(now);
+                        daemon.ahead = None;
+                        prepare_at = debounce::prepare_at(now, file_events.due());
+                    }
                     // These come from the loop's own timers and signals, never on the channel.
                     Event::Reload | Event::Resync | Event::Expired => {
                         tracing::debug!(?event, "ignoring an event sent on the channel");
@@ -227,8 +233,14 @@ async fn run_loop(
                 }
                 continue;
             }
+            () = sleep_until(prepare_at) => {
+                prepare_at = None;
+                daemon.prepare();
+                continue;
+            }
             () = sleep_until(policies_deadline) => {
                 file_events.fired();
+                prepare_at = None;
                 watcher.refresh();
                 daemon.handle(Event::PoliciesChanged);
             }

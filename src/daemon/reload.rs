@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::{Event, drops, expiry, metrics};
 use crate::compile;
 use crate::dataplane::{Backend, Dataplane, Host};
-use crate::engine::{Engine, Memory, Reconciled, record};
+use crate::engine::{Engine, Memory, Reconciled, Rendered, record};
 use crate::facts::HostFacts;
 use crate::model::{IpFamily, Model};
 use crate::policy_set::PolicySet;
@@ -46,6 +46,19 @@ pub(super) struct Daemon {
     pub(super) drop_log: Option<Arc<drops::DropLog>>,
     /// The clock the files are read at and the timer for the next expiry.
     pub(super) expiry: expiry::Expiries,
+    /// The files read, compiled and rendered while the debounce runs, for the reload it ends
+    /// in; the main loop drops it at every file event.
+    pub(super) ahead: Option<Ahead>,
+}
+
+/// A reload's work done ahead ([`Daemon::prepare`]): the files read and, when valid, compiled
+/// and rendered for the host facts read with them.
+pub(super) struct Ahead {
+    set: PolicySet,
+    facts: HostFacts,
+    rendered: Option<Rendered>,
+    started: Instant,
+    read_at: Instant,
 }
 
 /// What one reload came to.
@@ -90,6 +103,9 @@ struct Phases {
     desired_at: Instant,
     written_at: Instant,
     read: reconcile::Read,
+    /// When the reload itself began: later than `desired_at` when the files were compiled
+    /// and rendered ahead, while the debounce ran.
+    resumed_at: Instant,
 }
 
 /// The last good rules put back while the files are unusable.
@@ -117,6 +133,7 @@ impl Daemon {
             state_dir_warned: false,
             drop_log: None,
             expiry: expiry::Expiries::new(Arc::new(expiry::SystemClock)),
+            ahead: None,
         }
     }
 
@@ -137,17 +154,53 @@ impl Daemon {
         self.report(event, outcome);
     }
 
-    /// What `event` comes to: reads the files, guards against invalid and empty sets, and
-    /// reconciles the kernel through the engine.
-    fn reload(&mut self, event: Event) -> Outcome {
+    /// Does ahead what the reload at the end of the debounce will do before it reads the
+    /// kernel: reads the files and, when they are valid, compiles and renders them. The files
+    /// cannot have changed since when the reload comes (the main loop drops the work at every
+    /// file event); the host facts are read again then, and the work is redone if they moved.
+    pub(super) fn prepare(&mut self) {
         let started = Instant::now();
-        // The files are read at the daemon's present, which decides what has expired.
         self.settings.load.now = self.expiry.now();
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
         let set = engine.load(&mut self.memory);
         let facts = engine.facts();
-        self.expiries_read(&set);
         let read_at = Instant::now();
+        let rendered = (set.is_valid() && !set.holds_no_policy())
+            .then(|| engine.render(&mut self.memory, &set.model, &facts));
+        self.ahead = Some(Ahead {
+            set,
+            facts,
+            rendered,
+            started,
+            read_at,
+        });
+    }
+
+    /// What `event` comes to: reads the files, guards against invalid and empty sets, and
+    /// reconciles the kernel through the engine.
+    fn reload(&mut self, event: Event) -> Outcome {
+        let resumed_at = Instant::now();
+        let ahead = self
+            .ahead
+            .take()
+            .filter(|_| event == Event::PoliciesChanged);
+        let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
+        let facts = engine.facts();
+        let (set, rendered, started, read_at) = match ahead {
+            Some(ahead) => {
+                let rendered = ahead.rendered.filter(|_| ahead.facts == facts);
+                (ahead.set, rendered, ahead.started, ahead.read_at)
+            }
+            None => {
+                // The files are read at the daemon's present, which decides what has expired.
+                self.settings.load.now = self.expiry.now();
+                let engine =
+                    Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
+                let set = engine.load(&mut self.memory);
+                (set, None, resumed_at, Instant::now())
+            }
+        };
+        self.expiries_read(&set);
         if !set.is_valid() {
             let errors = set
                 .diagnostics
@@ -187,7 +240,10 @@ impl Daemon {
             compiled_at,
             desired_at,
             result,
-        } = engine.reconcile(&mut self.memory, &set.model, &facts);
+        } = match rendered {
+            Some(rendered) => engine.reconcile_rendered(&mut self.memory, rendered),
+            None => engine.reconcile(&mut self.memory, &set.model, &facts),
+        };
         let written_at = Instant::now();
         match result {
             Ok((outcome, read)) => {
@@ -209,6 +265,7 @@ impl Daemon {
                         desired_at,
                         written_at,
                         read,
+                        resumed_at,
                     },
                 }))
             }
@@ -382,7 +439,8 @@ impl Daemon {
             read_and_validate_ms = ms(phases.read_at - phases.started),
             compile_ms = ms(phases.compiled_at - phases.read_at),
             render_ms = ms(phases.desired_at - phases.compiled_at),
-            dataplane_ms = ms(phases.written_at - phases.desired_at),
+            done_ahead = phases.resumed_at > phases.desired_at,
+            dataplane_ms = ms(phases.written_at - phases.desired_at.max(phases.resumed_at)),
             policy_chains_reused = reused,
             policy_chains_compiled = compiled_now,
             chains_rendered = rendered,

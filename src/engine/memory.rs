@@ -47,6 +47,18 @@ impl Memory {
     }
 }
 
+/// What a reconcile compiles and renders, before it reads or writes the kernel.
+pub struct Rendered {
+    /// The compiled policies.
+    pub compiled: compile::Compiled,
+    /// The state rendered from them.
+    pub desired: Arc<State>,
+    /// When compiling ended.
+    pub compiled_at: Instant,
+    /// When rendering ended.
+    pub desired_at: Instant,
+}
+
 /// What a reconcile compiled and rendered, and how it went.
 pub struct Reconciled {
     /// The compiled policies.
@@ -61,7 +73,7 @@ pub struct Reconciled {
     pub result: Result<(reconcile::Outcome, reconcile::Read), reconcile::ReconcileError>,
 }
 
-impl Engine<'_> {
+impl<'a> Engine<'a> {
     /// Reads the policy directory through `memory`, as a policy set. A missing directory reads
     /// as an empty set (a ConfigMap or confd glitch, or a directory being replaced), which the
     /// caller's empty-set guard then catches.
@@ -77,40 +89,78 @@ impl Engine<'_> {
     }
 
     /// Compiles and renders `model` through `memory` and reconciles the kernel with it,
-    /// planning against `memory`'s view while the kernel's sign allows. With iptables-legacy
-    /// and a view to check, the first reading of the kernel (the xtables lock, the digest of
-    /// its rules, the ipsets) is taken on a thread meanwhile: it takes about as long as the
-    /// compile. The lock is then held a little longer; only for x_tables, whose digest is
-    /// read under it, does reading it early leave the reconcile exact.
+    /// planning against `memory`'s view while the kernel's sign allows. With a view to check,
+    /// the first reading of the kernel (the sign, the ipsets it does not cover, and for
+    /// iptables-legacy the xtables lock) is taken on a thread meanwhile: the digest of
+    /// x_tables' rules and `ipset save` of thousands of members each take about as long as the
+    /// compile. For x_tables, whose digest is read under the lock, reading it early leaves the
+    /// reconcile exact (the lock is only held a little longer). An nf_tables generation read
+    /// early only widens the window in which another program's commit goes unplanned; the
+    /// write then moves the generation by more than its own commits, so the view is dropped,
+    /// and that commit's change notification brings a check that reads the kernel whole.
     pub fn reconcile(&self, memory: &mut Memory, model: &Model, facts: &HostFacts) -> Reconciled {
-        let ahead = (self.backend.sign() == crate::dataplane::Sign::XtablesDigest
-            && memory.view.is_some())
-        .then(|| (self.dataplane(IpFamily::BOTH.to_vec()), memory.view.clone()));
+        // Of the view's families: the families compiled now are only known after the compile,
+        // and a view is only used for the families it was taken of.
+        let ahead = memory
+            .view
+            .as_ref()
+            .map(|view| (self.dataplane(view.families().to_vec()), Some(view.clone())));
         std::thread::scope(|scope| {
             let first = ahead.as_ref().map(|(dataplane, cached)| {
                 scope.spawn(move || reconcile::FirstRead::take(dataplane, cached.as_ref()))
             });
-            let compiled =
-                compile::compile_with(model, &self.settings.config, facts, &mut memory.compile);
-            let compiled_at = Instant::now();
-            let desired = self
-                .backend
-                .desired_with(&compiled.ruleset, &mut memory.render);
-            let desired_at = Instant::now();
-            let dataplane = self.dataplane(compiled.ruleset.ip_families());
-            let first = match first {
-                Some(first) => crate::dataplane::runner::joined(first),
-                None => reconcile::FirstRead::take(&dataplane, memory.view.as_ref()),
-            };
-            let result = reconcile::reconcile_after(&dataplane, &desired, &mut memory.view, first);
-            Reconciled {
-                compiled,
-                desired,
-                compiled_at,
-                desired_at,
-                result,
-            }
+            let rendered = self.render(memory, model, facts);
+            let first = first.map(crate::dataplane::runner::joined);
+            self.write_rendered(memory, rendered, first)
         })
+    }
+
+    /// Compiles and renders `model` through `memory`, without the kernel: the part of a
+    /// reconcile the daemon does ahead, while it waits for a burst of file events to end.
+    pub fn render(&self, memory: &mut Memory, model: &Model, facts: &HostFacts) -> Rendered {
+        let compiled =
+            compile::compile_with(model, &self.settings.config, facts, &mut memory.compile);
+        let compiled_at = Instant::now();
+        let desired = self
+            .backend
+            .desired_with(&compiled.ruleset, &mut memory.render);
+        Rendered {
+            compiled,
+            desired,
+            compiled_at,
+            desired_at: Instant::now(),
+        }
+    }
+
+    /// Reconciles the kernel with `rendered`, compiled and rendered ahead (see
+    /// [`Engine::reconcile`]).
+    pub fn reconcile_rendered(&self, memory: &mut Memory, rendered: Rendered) -> Reconciled {
+        self.write_rendered(memory, rendered, None)
+    }
+
+    fn write_rendered(
+        &self,
+        memory: &mut Memory,
+        rendered: Rendered,
+        first: Option<reconcile::FirstRead<'a>>,
+    ) -> Reconciled {
+        let Rendered {
+            compiled,
+            desired,
+            compiled_at,
+            desired_at,
+        } = rendered;
+        let dataplane = self.dataplane(compiled.ruleset.ip_families());
+        let first =
+            first.unwrap_or_else(|| reconcile::FirstRead::take(&dataplane, memory.view.as_ref()));
+        let result = reconcile::reconcile_after(&dataplane, &desired, &mut memory.view, first);
+        Reconciled {
+            compiled,
+            desired,
+            compiled_at,
+            desired_at,
+            result,
+        }
     }
 
     /// Puts `desired` back whatever the kernel holds, reading it whole, and forgets `memory`'s

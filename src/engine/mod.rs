@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 pub use applied::promotions;
-pub use memory::{Memory, Reconciled};
+pub use memory::{Memory, Reconciled, Rendered};
 pub use saved::SavedPlan;
 
 use crate::compile::{self, Compiled};

@@ -75,6 +75,13 @@ pub struct View {
     state: Arc<State>,
 }
 
+impl View {
+    /// The families the view was taken of.
+    pub fn families(&self) -> &[IpFamily] {
+        &self.origin.families
+    }
+}
+
 /// The first reading of the kernel before a plan: the sign, what it does not cover (ipsets)
 /// read beside it when there is a view to trust, and for iptables-legacy the xtables lock,
 /// held from then on. The daemon takes it on a thread while it compiles (the x_tables digest
