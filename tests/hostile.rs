@@ -347,3 +347,36 @@ fn lines_of_files_others_may_not_read_are_never_quoted() {
         readable.stderr
     );
 }
+
+/// `nodeport-guard schema | head -0`: a reader that goes away before the output is read ends
+/// the command quietly with exit 1, not with a panic; with stderr gone too, not with an abort.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    for stderr_closed in [false, true] {
+        let (closed_read, write_end) = nix::unistd::pipe().expect("pipe");
+        drop(closed_read);
+        let mut command = Command::new(BIN);
+        command
+            .args(["--config", "/dev/null", "schema"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write_end.try_clone().expect("dup")));
+        if stderr_closed {
+            command.stderr(Stdio::from(write_end));
+        } else {
+            drop(write_end);
+            command.stderr(Stdio::piped());
+        }
+        let output = command.output().expect("run nodeport-guard schema");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "stderr closed: {stderr_closed}; {:?}; {stderr}",
+            output.status
+        );
+        assert!(
+            stderr.is_empty(),
+            "nothing is said of a closed pipe: {stderr}"
+        );
+    }
+}

@@ -149,6 +149,96 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
 }
 backend_tests!(a_foreign_flush_is_repaired_within_a_second);
 
+/// The other ways another program changes what the daemon owns, each repaired within a second
+/// with the default `resyncInterval`: a rule put in front of our jump at the top of mangle
+/// `PREROUTING` (iptables; nftables' base chain is ours alone), and one of our sets emptied
+/// (`ipset flush`, or `nft flush set`), which lets the whitelisted source's SYNs be dropped.
+fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = guard.our_rules_and_members();
+    let inserted = "a rule inserted above our jump";
+    let flushed = "one of our sets flushed";
+    let changes: &[&str] = if backend == Backend::Nftables {
+        &[flushed]
+    } else {
+        &[inserted, flushed]
+    };
+    for &what in changes {
+        let mark = daemon.mark();
+        if what == inserted {
+            iptables(
+                &lab,
+                Family::V4,
+                "-t mangle -I PREROUTING 1 -p tcp --dport 30008 -j ACCEPT",
+            );
+        } else {
+            flush_a_set_of_ours(&lab);
+        }
+        let changed = jiff::Timestamp::now();
+        let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(5));
+        let repaired_at: jiff::Timestamp = line
+            .split_whitespace()
+            .next()
+            .and_then(|stamp| stamp.parse().ok())
+            .unwrap_or_else(|| panic!("no time stamp in {line}"));
+        let elapsed = repaired_at.duration_since(changed);
+        eprintln!("{backend}: {what}: repaired after {elapsed:?}");
+        assert!(
+            elapsed <= jiff::SignedDuration::try_from(REPAIR_WITHIN).expect("small"),
+            "{backend}, {what}: repaired only after {elapsed:?}\n--- daemon log ---\n{}",
+            daemon.log_since(mark)
+        );
+        assert_eq!(guard.our_rules_and_members(), applied, "{backend}, {what}");
+        if backend != Backend::Nftables {
+            let listed = lab.iptables_ok(Family::V4, &["-t", "mangle", "-S", "PREROUTING"]);
+            let first = listed.lines().find(|line| line.starts_with("-A "));
+            assert!(
+                first.is_some_and(|line| line.contains("-j npg-")),
+                "{backend}, {what}: our jump is not first again:\n{listed}"
+            );
+        }
+        assert_traffic(&lab, &[SRC_A], &[SRC_B], what);
+    }
+}
+backend_tests!(other_foreign_changes_are_repaired_within_a_second);
+
+/// Empties the first of our IPv4 sets that holds a member: `ipset flush`, or nftables' `nft
+/// flush set` in our table.
+fn flush_a_set_of_ours(lab: &Lab) {
+    match lab.backend() {
+        Backend::Nftables => {
+            let table = lab
+                .node()
+                .exec_ok("nft", &["list", "table", "ip", "nodeport_guard"]);
+            let mut current = None;
+            let mut full = None;
+            for line in table.lines().map(str::trim) {
+                if let Some(rest) = line.strip_prefix("set ") {
+                    current = rest.split_whitespace().next().map(str::to_owned);
+                } else if line.starts_with("elements = ") && full.is_none() {
+                    full = current.clone();
+                }
+            }
+            let set = full.unwrap_or_else(|| panic!("no set with members in\n{table}"));
+            lab.node()
+                .exec_ok("nft", &["flush", "set", "ip", "nodeport_guard", &set]);
+        }
+        Backend::Legacy | Backend::Nft => {
+            let saved = lab.node().exec_ok("ipset", &["save"]);
+            let set = saved
+                .lines()
+                .filter_map(|line| line.strip_prefix("add npg4"))
+                .find_map(|rest| rest.split_whitespace().next())
+                .map(|suffix| format!("npg4{suffix}"))
+                .unwrap_or_else(|| panic!("no set of ours with members in\n{saved}"));
+            lab.node().exec_ok("ipset", &["flush", &set]);
+        }
+    }
+}
+
 /// `GET /metrics` as Prometheus text.
 #[track_caller]
 fn scrape(lab: &Lab) -> support::daemon::Samples {

@@ -41,20 +41,39 @@ use crate::dataplane::Host;
 use crate::settings::Settings;
 
 /// Runs a parsed command line with `runner` executing programs. Panics become a one-line
-/// internal error and exit 1.
+/// internal error and exit 1. A reader that goes away (`nodeport-guard grants | head -1`)
+/// ends the command quietly, with exit 1: what it printed was not all read.
 pub fn run(cli: &Cli, runner: Arc<dyn Host>) -> ExitCode {
+    use std::io::Write as _;
     init_logging(cli);
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("error: internal error (this is a bug in nodeport-guard): {info}");
+        if !is_closed_output(info.payload()) {
+            // Not `eprintln!`: with stderr closed as well, that would panic inside the hook.
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: internal error (this is a bug in nodeport-guard): {info}"
+            );
+        }
     }));
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(cli, runner))) {
         Ok(Ok(code)) => code,
         Ok(Err(error)) => {
-            eprintln!("error: {error:#}");
+            let _ = writeln!(std::io::stderr(), "error: {error:#}");
             ExitCode::from(1)
         }
         Err(_) => ExitCode::from(1),
     }
+}
+
+/// Whether a panic's `payload` is `print!`'s on a closed stdout or stderr (EPIPE).
+fn is_closed_output(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    message.starts_with("failed printing to std")
+        && message.contains(&std::io::Error::from_raw_os_error(nix::libc::EPIPE).to_string())
 }
 
 fn dispatch(cli: &Cli, runner: Arc<dyn Host>) -> Result<ExitCode> {

@@ -9,15 +9,20 @@
 //! - iptables-legacy, whose x_tables send no notifications: a thread reads the counter-free
 //!   digest of the tables we have rules in every [`POLL_EVERY`] ([`xtables::digest_of`]: one copy of
 //!   each table out of the kernel, no lock taken) and sends [`Event::Drift`] when it moved.
+//! - ipsets (both iptables backends), which neither watch sees: a thread reads how many
+//!   members each of our sets holds every [`POLL_EVERY`] (`ipset list -t`, the headers only)
+//!   and sends [`Event::Drift`] when that differs from what was applied. A member swapped for
+//!   another is only seen at the resync.
 //!
 //! The loop waits [`SETTLE`] after the first notice (a flush is hundreds of notifications),
 //! then reconciles the way a resync does, but against its cached view when the kernel's sign
 //! says only its own write happened meanwhile, so the echo of its own writes costs next to
 //! nothing. Checks are rate-limited ([`Limiter`]): a program that deletes our jump in a loop
 //! gets a repair a second after the first few, with a warning and a counter, never a spinning
-//! daemon. The resync timer stays the full check (it also covers ipsets, which neither watch
-//! sees).
+//! daemon. The resync timer stays the full check (it also covers a set whose members were
+//! swapped one for one).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +32,7 @@ use tokio::time::Instant;
 use super::Event;
 use super::metrics::Metrics;
 use crate::dataplane::nfnotify::{self, FAMILY_IPV4, FAMILY_IPV6, Interest, Received};
-use crate::dataplane::{Backend, Sign, xtables};
+use crate::dataplane::{Backend, Host, Sign, xtables};
 use crate::model::IpFamily;
 use crate::state::State;
 
@@ -78,6 +83,9 @@ type SharedInterest = Arc<Mutex<Interest>>;
 /// iptables-legacy: what the poll thread compares its readings with.
 type Baseline = Arc<Mutex<Option<Expect>>>;
 
+/// The number of members of each of our ipsets as last applied, which the set poll expects.
+type SetSizes = Arc<Mutex<Option<BTreeMap<String, usize>>>>;
+
 /// What the next poll expects of our tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expect {
@@ -97,17 +105,28 @@ pub struct Watch {
     writes: Option<u64>,
     /// The state `interest` was made from (compared by pointer: it is replaced, not changed).
     from: Option<Arc<State>>,
+    /// The set poll's expectation (iptables backends).
+    set_sizes: SetSizes,
     backend: &'static dyn Backend,
     /// How the watch works, for the log: "notifications", "poll", or "off".
     pub mode: &'static str,
 }
 
 impl Watch {
-    /// Starts the thread that watches `backend`'s rules and sends [`Event::Drift`] on `events`.
-    /// Without one (no netlink subscription, say) the resync timer is the only check.
-    pub fn start(backend: &'static dyn Backend, events: UnboundedSender<Event>) -> Watch {
+    /// Starts the thread that watches `backend`'s rules and sends [`Event::Drift`] on `events`,
+    /// and for ipsets the thread that polls their sizes through `runner`. Without a watch (no
+    /// netlink subscription, say) the resync timer is the only check.
+    pub fn start(
+        backend: &'static dyn Backend,
+        runner: Arc<dyn Host>,
+        events: UnboundedSender<Event>,
+    ) -> Watch {
         let interest = SharedInterest::default();
         let baseline = Baseline::default();
+        let set_sizes = SetSizes::default();
+        if backend.name() != "nftables" {
+            start_set_poll(runner, set_sizes.clone(), events.clone());
+        }
         let started = match backend.sign() {
             Sign::NfGeneration => start_notifications(interest.clone(), events),
             Sign::XtablesDigest => start_poll(interest.clone(), baseline.clone(), events),
@@ -122,6 +141,7 @@ impl Watch {
             baseline,
             writes: None,
             from: None,
+            set_sizes,
             backend,
             mode,
         }
@@ -141,6 +161,14 @@ impl Watch {
             let interest = interest(self.backend, applied);
             if let Ok(mut shared) = self.interest.lock() {
                 *shared = interest;
+            }
+            let sizes = applied
+                .sets
+                .iter()
+                .map(|(name, set)| (name.clone(), set.members.len()))
+                .collect();
+            if let Ok(mut shared) = self.set_sizes.lock() {
+                *shared = Some(sizes);
             }
             self.from = Some(Arc::clone(applied));
         }
@@ -284,6 +312,40 @@ fn start_poll(
             }
         })
         .is_ok()
+}
+
+/// The set poll: the size of each of our ipsets every [`POLL_EVERY`], against what was last
+/// applied. A difference is reported once (a set that stays different after the check, whatever
+/// the reason, costs one check, not one every poll).
+fn start_set_poll(runner: Arc<dyn Host>, expected: SetSizes, events: UnboundedSender<Event>) {
+    let spawned = std::thread::Builder::new()
+        .name("ipset-poll".into())
+        .spawn(move || {
+            let mut reported = None;
+            loop {
+                std::thread::sleep(POLL_EVERY);
+                let Some(expected) = expected.lock().ok().and_then(|sizes| sizes.clone()) else {
+                    continue;
+                };
+                let Ok(now) = crate::dataplane::iptables::set_sizes(runner.as_ref()) else {
+                    continue;
+                };
+                if now == expected {
+                    reported = None;
+                    continue;
+                }
+                if reported.as_ref() == Some(&now) {
+                    continue;
+                }
+                reported = Some(now);
+                if events.send(Event::Drift(Trigger::Poll)).is_err() {
+                    break;
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the ipset poll; a change to our sets is only seen at resync");
+    }
 }
 
 /// A check held back by the rate limit: counted, and said once per episode.

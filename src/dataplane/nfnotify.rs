@@ -83,14 +83,16 @@ pub struct Interest {
     /// chains (`npg…`) are ours, and so is any deletion of them.
     pub shared_tables: Vec<(u8, String)>,
     /// Base chains we hook with a jump, as (family, table, chain): a rule deleted from one may
-    /// be our jump.
+    /// be our jump, and a rule added to one may stand in front of it.
     pub hooked: Vec<(u8, String, String)>,
 }
 
 impl Interest {
     /// Whether `change` may have changed what we own: any change in a table of ours, a change
-    /// of an `npg` chain, the deletion of a shared table, or a rule or chain deleted among the
-    /// base chains we hook. Other programs' changes to their own chains are not.
+    /// of an `npg` chain, the deletion of a shared table, or a rule added or deleted, or a chain
+    /// deleted, among the base chains we hook (a notification does not say where a rule was
+    /// added: one inserted at the top moves our jump down). Other programs' changes to their
+    /// own chains are not.
     pub fn touches(&self, change: &Change) -> bool {
         let Some(table) = change.table.as_deref() else {
             return false;
@@ -109,7 +111,7 @@ impl Interest {
         match change.kind {
             Kind::TableDeleted => true,
             _ if chain.is_some_and(|chain| chain.starts_with("npg")) => true,
-            Kind::RuleDeleted | Kind::ChainDeleted => chain.is_some_and(|chain| {
+            Kind::Added | Kind::RuleDeleted | Kind::ChainDeleted => chain.is_some_and(|chain| {
                 self.hooked.iter().any(|(family, hooked_table, hooked)| {
                     *family == change.family && hooked_table == table && hooked == chain
                 })
@@ -331,10 +333,17 @@ mod tests {
     #[test]
     fn our_chains_and_jumps_are_told_from_everyone_elses() {
         let ours = iptables_nft();
-        // Our jump (or any rule) deleted from a base chain we hook; a rule of ours changed.
+        // Our jump (or any rule) deleted from a base chain we hook, a rule added there (maybe
+        // in front of our jump); a rule of ours changed.
         assert!(touches(
             &ours,
             8,
+            FAMILY_IPV4,
+            &[(1, "mangle"), (2, "PREROUTING")]
+        ));
+        assert!(touches(
+            &ours,
+            6,
             FAMILY_IPV4,
             &[(1, "mangle"), (2, "PREROUTING")]
         ));
@@ -351,7 +360,7 @@ mod tests {
             &[(1, "mangle"), (3, "npg-pi-a")]
         ));
         assert!(touches(&ours, 2, FAMILY_IPV4, &[(1, "mangle")]));
-        // A neighbour's own rules, a rule added to a base chain, another family or table.
+        // A neighbour's own rules, a base chain we do not hook, another family or table.
         assert!(!touches(
             &ours,
             6,
@@ -368,7 +377,7 @@ mod tests {
             &ours,
             6,
             FAMILY_IPV4,
-            &[(1, "mangle"), (2, "PREROUTING")]
+            &[(1, "mangle"), (2, "OUTPUT")]
         ));
         assert!(!touches(
             &ours,
