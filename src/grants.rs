@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::model::{
-    DEFAULT_TIER, EXPIRES_ANNOTATION, Expiry, GRANTED_BY_ANNOTATION, Model, Policy,
+    DEFAULT_TIER, EXPIRES_ANNOTATION, Expiry, GRANTED_BY_ANNOTATION, IpFamily, Model, Policy,
     REASON_ANNOTATION,
 };
 use crate::policy_set::PolicySet;
@@ -166,6 +166,19 @@ fn policy_reach(policy: &Policy) -> (Vec<String>, Vec<String>) {
     (sources, ports)
 }
 
+/// Whether every resource of `model` is time-boxed (carries an expiry) and it has at least
+/// one: a directory emptied of such resources, say by `grant --revoke` of the last grant, ends
+/// temporary exceptions early rather than removing protection, so the daemon's empty-set guard
+/// (`allowEmpty: false`) lets it through, as it does an expiry.
+pub fn only_time_boxed(model: &Model) -> bool {
+    let policies = model.policies().iter().chain(model.staged_policies());
+    !model.is_empty()
+        && model.host_endpoints().is_empty()
+        && policies.clone().all(|policy| policy.expires.is_some())
+        && model.staged_deletions().iter().all(|d| d.expires.is_some())
+        && model.network_sets().iter().all(|set| set.expires.is_some())
+}
+
 /// The files that hold only expired resources (what `grants --prune` deletes), in order.
 pub fn prunable(set: &PolicySet) -> Vec<PathBuf> {
     use std::collections::BTreeSet;
@@ -276,15 +289,27 @@ impl Grant {
         out.push_str("spec:\n");
         let _ = writeln!(out, "  order: {}", self.order);
         out.push_str("  preDNAT: true\n  applyOnForward: true\n  selector: all()\n");
-        out.push_str("  types: [Ingress]\n  ingress:\n    - action: Allow\n");
-        let _ = writeln!(out, "      protocol: {}", self.protocol.as_str());
-        out.push_str("      source:\n        nets:\n");
-        for net in &self.sources {
-            let _ = writeln!(out, "          - {net}");
-        }
-        out.push_str("      destination:\n        ports:\n");
-        for port in &self.ports {
-            let _ = writeln!(out, "          - {port}");
+        out.push_str("  types: [Ingress]\n  ingress:\n");
+        // A Calico rule holds the networks of one family: one rule per family of the sources.
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let nets: Vec<&IpNet> = self
+                .sources
+                .iter()
+                .filter(|net| IpFamily::of_net(net) == family)
+                .collect();
+            if nets.is_empty() {
+                continue;
+            }
+            out.push_str("    - action: Allow\n");
+            let _ = writeln!(out, "      protocol: {}", self.protocol.as_str());
+            out.push_str("      source:\n        nets:\n");
+            for net in nets {
+                let _ = writeln!(out, "          - {net}");
+            }
+            out.push_str("      destination:\n        ports:\n");
+            for port in &self.ports {
+                let _ = writeln!(out, "          - {port}");
+            }
         }
         out
     }
@@ -299,7 +324,11 @@ pub fn file_name(name: &str) -> String {
 /// address, `203-0-113-0-28-30008` for a network, `2001-db8--7-30008` for IPv6.
 pub fn default_name(source: &IpNet, port: u16) -> String {
     let address = source.addr().to_string().replace(['.', ':'], "-");
-    let address = address.trim_matches('-');
+    // `::` (as in `::/0`) has no digit to keep.
+    let address = match address.trim_matches('-') {
+        "" => "0",
+        address => address,
+    };
     if source.prefix_len() == source.max_prefix_len() {
         format!("{address}-{port}")
     } else {
@@ -308,8 +337,9 @@ pub fn default_name(source: &IpNet, port: u16) -> String {
 }
 
 /// An `order` that puts a policy before every other policy of the default tier (`exclude` is
-/// the grant's own policy, when it is replaced): one below the lowest order, or 0 when none
-/// has one (a policy without `order` runs last).
+/// the grant's own policy, when it is replaced): one below the lowest order (or, where one less
+/// is the same float, as with `1e20`, the next float below it), or 0 when none has one (a
+/// policy without `order` runs last).
 pub fn first_order(model: &Model, exclude: &str) -> f64 {
     model
         .policies()
@@ -318,7 +348,14 @@ pub fn first_order(model: &Model, exclude: &str) -> f64 {
         .filter(|policy| policy.tier == DEFAULT_TIER && policy.name != exclude)
         .filter_map(|policy| policy.order)
         .min_by(f64::total_cmp)
-        .map_or(0.0, |lowest| (lowest - 1.0).floor())
+        .map_or(0.0, |lowest| {
+            let below = (lowest - 1.0).floor();
+            if below < lowest {
+                below
+            } else {
+                lowest.next_down()
+            }
+        })
 }
 
 #[cfg(test)]

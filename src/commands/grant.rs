@@ -22,9 +22,15 @@ pub fn run(settings: &Settings, args: &GrantArgs) -> Result<ExitCode> {
     let now = settings.load.now;
     let expires = match (&args.for_, &args.until) {
         (Some(duration), _) => {
+            if *duration < std::time::Duration::from_secs(1) {
+                bail!("`--for` must be at least 1s: a grant ends at a whole second");
+            }
             let duration = jiff::SignedDuration::try_from(*duration)
-                .context("`--for` is too long")?;
-            now.checked_add(duration).context("`--for` is too long")?
+                .ok()
+                .and_then(|duration| now.checked_add(duration).ok());
+            duration.with_context(|| {
+                format!("`--for` is too long: the grant would end after {}", jiff::Timestamp::MAX)
+            })?
         }
         (None, Some(until)) => crate::validate::expiry::parse_time(until).with_context(|| {
             format!(
@@ -33,8 +39,14 @@ pub fn run(settings: &Settings, args: &GrantArgs) -> Result<ExitCode> {
         })?,
         (None, None) => bail!("say how long the grant lasts: `--for DURATION` or `--until TIME`"),
     };
-    // To the second: a grant's end is read by people.
-    let expires = expires.round(jiff::Unit::Second).unwrap_or(expires);
+    // To the second, up: a grant's end is read by people, and never comes before it was asked.
+    let expires = expires
+        .round(
+            jiff::TimestampRound::new()
+                .smallest(jiff::Unit::Second)
+                .mode(jiff::RoundMode::Ceil),
+        )
+        .unwrap_or(expires);
     if expires <= now {
         bail!("the grant would end at {expires}, which has passed: nothing written");
     }
@@ -213,9 +225,14 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// `grant --revoke NAME`: deletes `grant-NAME.yaml`.
+/// `grant --revoke NAME`: deletes `grant-NAME.yaml`. NAME may also be the policy's name,
+/// `grant-NAME`, as `grants` lists it.
 fn revoke(dir: &Path, name: &str) -> Result<ExitCode> {
     check_name(name)?;
+    let name = match name.strip_prefix(grants::GRANT_PREFIX) {
+        Some(short) if !dir.join(grants::file_name(name)).exists() => short,
+        _ => name,
+    };
     let path = dir.join(grants::file_name(name));
     match std::fs::remove_file(&path) {
         Ok(()) => {

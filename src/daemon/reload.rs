@@ -528,12 +528,14 @@ impl Daemon {
     /// Whether an empty policy set would take protection away: some was applied, or the kernel
     /// holds rules of ours (from before a restart).
     fn would_remove_protection(&self) -> bool {
-        if self
+        if let Some(good) = self
             .last_good
             .as_ref()
-            .is_some_and(|good| !good.model.is_empty())
+            .filter(|good| !good.model.is_empty())
         {
-            return true;
+            // Ending time-boxed exceptions early (`grant --revoke` of the last grant) is no
+            // loss of protection, as their expiry is not.
+            return !crate::grants::only_time_boxed(&good.model);
         }
         let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
         dataplane

@@ -241,6 +241,36 @@ fn allow_empty_lets_an_emptied_directory_remove_the_rules() {
     });
 }
 
+#[test]
+fn revoking_the_last_grant_removes_it_without_allow_empty() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let grant = crate::grants::Grant {
+            name: "vendor".to_owned(),
+            sources: vec!["198.51.100.7/32".parse().expect("net")],
+            ports: vec![30008],
+            protocol: crate::grants::GrantProtocol::Tcp,
+            expires: "2099-01-01T00:00:00Z".parse().expect("time"),
+            granted_by: "alice".to_owned(),
+            reason: None,
+            order: 0.0,
+        };
+        harness.write("grant-vendor.yaml", &grant.render());
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert!(
+            !harness.ours().is_empty(),
+            "{backend}: the grant was applied"
+        );
+        harness.remove("grant-vendor.yaml");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert!(
+            harness.ours().is_empty(),
+            "{backend}: a revoked grant is no protection to keep"
+        );
+        assert!(!harness.daemon.refusing_empty);
+    });
+}
+
 /// A second policy in the filter table: with it, a change is more than one write.
 const SSH_FROM_OFFICE: &str = "\
 ---

@@ -216,6 +216,56 @@ fn grant_names_and_orders() {
         "2026-01-01T00:00:00Z",
     );
     assert_eq!(first_order(&unordered.validated, "grant-new"), 0.0);
+    assert_eq!(
+        default_name(&"::/0".parse().expect("net"), 30008),
+        "0-0-30008",
+        "a name that `grant` accepts"
+    );
+    // One less than 1e20 is 1e20 again: the next float below it still runs first.
+    let huge = read(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\nspec:\n  order: 1e20\n",
+        "2026-01-01T00:00:00Z",
+    );
+    let order = first_order(&huge.validated, "grant-new");
+    assert!(order < 1e20, "{order}");
+    assert_eq!(
+        order.to_string().parse::<f64>().ok(),
+        Some(order),
+        "written as it is"
+    );
+}
+
+#[test]
+fn a_grant_of_both_families_is_one_rule_per_family() {
+    let mut grant = grant();
+    grant.sources = ["198.51.100.7/32", "2001:db8::7/128", "203.0.113.0/28"]
+        .iter()
+        .map(|net| net.parse().expect("net"))
+        .collect();
+    let set = read(&grant.render(), "2026-12-05T17:00:00Z");
+    assert!(set.is_valid(), "{:?}", headlines(&set));
+    let policy = &set.model.policies()[0];
+    let rules = policy.ingress.as_ref().expect("ingress rules");
+    let nets: Vec<Vec<String>> = rules
+        .iter()
+        .map(|rule| rule.source.nets.iter().map(ToString::to_string).collect())
+        .collect();
+    assert_eq!(
+        nets,
+        [
+            vec!["198.51.100.7/32", "203.0.113.0/28"],
+            vec!["2001:db8::7/128"]
+        ]
+    );
+    assert!(rules.iter().all(|rule| rule.destination.ports.len() == 2));
+}
+
+#[test]
+fn only_a_set_of_time_boxed_resources_may_empty_without_allow_empty() {
+    let grants_only = read(&grant().render(), "2026-12-05T17:00:00Z");
+    assert!(only_time_boxed(&grants_only.model));
+    assert!(!only_time_boxed(&with_grant("2026-12-05T17:00:00Z").model));
+    assert!(!only_time_boxed(&read("", "2026-12-05T17:00:00Z").model));
 }
 
 #[test]

@@ -198,6 +198,13 @@ fn revoke_deletes_the_grant_and_prune_only_files_holding_nothing_live() {
     assert_eq!(harness.grant(&["--revoke", "vendor"]), ExitCode::SUCCESS);
     assert_eq!(harness.grant(&["--revoke", "vendor"]), ExitCode::from(1));
     assert_eq!(harness.files(), ["whitelist.yaml"]);
+    // By the policy's name, as `grants` lists it.
+    assert_eq!(harness.grant(&args), ExitCode::SUCCESS);
+    assert_eq!(
+        harness.grant(&["--revoke", "grant-vendor"]),
+        ExitCode::SUCCESS
+    );
+    assert_eq!(harness.files(), ["whitelist.yaml"]);
 
     let expired = |name: &str| {
         format!(
@@ -256,4 +263,26 @@ fn trace_says_when_the_deciding_grant_ends() {
             "the deciding policy `grant-vendor` expires in 1h 30m (2026-12-05T13:30:00Z): from then on it no longer counts and this packet is judged without it"
         )
     );
+}
+
+#[test]
+fn a_grant_shorter_than_a_second_is_refused_and_none_ends_before_it_was_asked() {
+    let harness = harness();
+    let short = [
+        "--src",
+        "198.51.100.7",
+        "--port",
+        "30008",
+        "--name",
+        "short",
+    ];
+    for duration in ["0s", "500ms"] {
+        let args: Vec<&str> = short.iter().copied().chain(["--for", duration]).collect();
+        assert_eq!(harness.grant(&args), ExitCode::from(1), "{duration}");
+    }
+    assert_eq!(harness.files(), ["whitelist.yaml"]);
+    let args: Vec<&str> = short.iter().copied().chain(["--for", "1s"]).collect();
+    assert_eq!(harness.grant(&args), ExitCode::SUCCESS);
+    let expires = crate::grants::expiring(&harness.set())[0].expires;
+    assert!(expires > harness.settings.load.now, "{expires}");
 }
