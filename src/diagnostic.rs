@@ -42,6 +42,12 @@ pub struct Diagnostic {
     pub message: String,
     /// What to write instead, when there is something useful to say.
     pub help: Option<String>,
+    /// When the finding stops holding: a check across resources (a duplicate name, a tier no
+    /// file declares) about a resource that expires at this instant means nothing once it has,
+    /// as if no file held it. Validation knows no clock; the set read at an instant leaves the
+    /// moot ones out ([`Diagnostic::is_moot`]).
+    #[serde(skip)]
+    pub moot_after: Option<jiff::Timestamp>,
 }
 
 impl Diagnostic {
@@ -53,6 +59,7 @@ impl Diagnostic {
             span: Some(span),
             message: message.into(),
             help: None,
+            moot_after: None,
         }
     }
 
@@ -72,6 +79,7 @@ impl Diagnostic {
             span: None,
             message: message.into(),
             help: None,
+            moot_after: None,
         }
     }
 
@@ -83,6 +91,7 @@ impl Diagnostic {
             span: None,
             message: message.into(),
             help: None,
+            moot_after: None,
         }
     }
 
@@ -92,6 +101,18 @@ impl Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::global_error(message)
         }
+    }
+
+    /// Says when the finding stops holding (see [`Diagnostic::moot_after`]).
+    #[must_use]
+    pub fn moot_after(mut self, at: Option<jiff::Timestamp>) -> Self {
+        self.moot_after = at;
+        self
+    }
+
+    /// Whether the finding no longer holds at `now`.
+    pub fn is_moot(&self, now: jiff::Timestamp) -> bool {
+        self.moot_after.is_some_and(|at| at <= now)
     }
 
     /// Adds a `help:` line.

@@ -337,6 +337,9 @@ fn assembled(
     now: jiff::Timestamp,
 ) -> PolicySet {
     let (model, expired) = validate::expiry::at(&validated, now);
+    // What was said of a resource that has expired by now (a duplicate name, an undeclared
+    // tier) no longer holds: it is as if no file held it.
+    diagnostics.retain(|diagnostic| !diagnostic.is_moot(now));
     diagnostics.extend(loaded.diagnostics);
     diagnostics.extend(expired);
     diagnostic::sort(&mut diagnostics);

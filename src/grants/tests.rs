@@ -277,3 +277,58 @@ fn durations_in_words() {
     assert_eq!(words(2 * 86_400 + 5), "2d");
     assert_eq!(words(-90), "1m 30s");
 }
+
+/// A policy named `name` in `tier`, expiring at `expires` when given, allowing `port`.
+fn policy(name: &str, tier: Option<&str>, expires: Option<&str>, port: u16) -> String {
+    let annotations = expires.map_or_else(String::new, |at| {
+        format!("  annotations:\n    nodeport-guard.io/expires: \"{at}\"\n")
+    });
+    let tier = tier.map_or_else(String::new, |tier| format!("  tier: {tier}\n"));
+    format!(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: {name}\n{annotations}spec:\n{tier}  preDNAT: true\n  applyOnForward: true\n  ingress:\n    - action: Allow\n      protocol: TCP\n      destination:\n        ports: [{port}]\n"
+    )
+}
+
+#[test]
+fn an_expired_resource_takes_no_part_in_the_checks_across_resources() {
+    // The same name twice, the first expiring: an error until then, then the second alone.
+    let text = format!(
+        "{}---\n{}",
+        policy("dup", None, Some("2026-12-05T18:00:00Z"), 80),
+        policy("dup", None, None, 443)
+    );
+    let before = read(&text, "2026-12-05T17:00:00Z");
+    assert!(!before.is_valid(), "both count until the expiry");
+    assert!(
+        headlines(&before)
+            .iter()
+            .any(|h| h.contains("error: another `GlobalNetworkPolicy` is already named `dup`")),
+        "{:?}",
+        headlines(&before)
+    );
+    let after = read(&text, "2026-12-05T18:00:00Z");
+    assert!(after.is_valid(), "{:?}", headlines(&after));
+    let ports: Vec<String> = after
+        .model
+        .policies()
+        .iter()
+        .flat_map(|p| p.ingress.iter().flatten())
+        .flat_map(|rule| rule.destination.ports.iter().map(ToString::to_string))
+        .collect();
+    assert_eq!(ports, ["443"], "the one still in force");
+    // The second expiring instead: the first stays.
+    let text = format!(
+        "{}---\n{}",
+        policy("dup", None, None, 80),
+        policy("dup", None, Some("2026-12-05T18:00:00Z"), 443)
+    );
+    let after = read(&text, "2026-12-05T18:00:01Z");
+    assert!(after.is_valid(), "{:?}", headlines(&after));
+    assert_eq!(after.model.policies().len(), 1);
+
+    // An expired policy in a tier no file declares: a warning, no error.
+    let text = policy("gone.old", Some("gone"), Some("2026-12-01T00:00:00Z"), 80);
+    let set = read(&text, "2026-12-05T18:00:00Z");
+    assert!(set.is_valid(), "{:?}", headlines(&set));
+    assert!(!read(&text, "2026-11-30T00:00:00Z").is_valid());
+}

@@ -58,21 +58,33 @@ pub(super) fn name_key(resource: &RawResource) -> Option<NameKey> {
     })
 }
 
-/// Reports a second (or later) resource of the same kind and name, and says whether this one
-/// is such a duplicate. A policy `<name>` in the default tier is the one Calico stores as
-/// `default.<name>` (`names.TieredPolicyName`), so the two spellings are one name.
+/// The first resource of a name: where, as written, and when it expires.
+#[derive(Clone, Debug)]
+pub(super) struct FirstDefinition {
+    file: FileId,
+    span: Span,
+    written: String,
+    expires: Option<jiff::Timestamp>,
+}
+
+/// Reports a second (or later) resource of the same kind and name, and says whether to keep
+/// this one in the model: yes when it is the first, or when either of the two expires (the
+/// error is moot once one has: see [`Diagnostic::moot_after`]). A policy `<name>` in the
+/// default tier is the one Calico stores as `default.<name>` (`names.TieredPolicyName`), so
+/// the two spellings are one name.
 pub(super) fn check_duplicate(
     key: &NameKey,
+    expires: Option<jiff::Timestamp>,
     file: FileId,
     sources: &Sources,
-    first_definitions: &mut HashMap<(Kind, String), (FileId, Span, String)>,
+    first_definitions: &mut HashMap<(Kind, String), FirstDefinition>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> bool {
     let kind = key.kind;
     let lookup = (kind, key.stored.clone());
-    if let Some((first_file, span, first)) = first_definitions.get(&lookup) {
-        let source = sources.get(*first_file);
-        let message = if *first == key.written {
+    if let Some(first) = first_definitions.get(&lookup) {
+        let source = sources.get(first.file);
+        let message = if first.written == key.written {
             format!(
                 "another `{kind}` is already named `{}`",
                 shown(&key.written)
@@ -80,22 +92,36 @@ pub(super) fn check_duplicate(
         } else {
             format!(
                 "another `{kind}` is already named `{}`, which is the same policy: Calico stores a policy of the default tier as `default.{}`",
-                shown(first),
+                shown(&first.written),
                 key.stored
             )
         };
+        let moot = match (first.expires, expires) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         diagnostics.push(
-            Diagnostic::error(file, key.span, message).with_help(format!(
-                "`{}` is also defined at {}:{}",
-                shown(first),
-                source.path.display(),
-                source.line_column(span.start)
-            )),
+            Diagnostic::error(file, key.span, message)
+                .with_help(format!(
+                    "`{}` is also defined at {}:{}",
+                    shown(&first.written),
+                    source.path.display(),
+                    source.line_column(first.span.start)
+                ))
+                .moot_after(moot),
         );
-        return true;
+        return moot.is_some();
     }
-    first_definitions.insert(lookup, (file, key.span, key.written.clone()));
-    false
+    first_definitions.insert(
+        lookup,
+        FirstDefinition {
+            file,
+            span: key.span,
+            written: key.written.clone(),
+            expires,
+        },
+    );
+    true
 }
 
 pub(super) fn check_api_version(checker: &mut Checker<'_>) {

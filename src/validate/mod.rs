@@ -26,7 +26,7 @@ use crate::diagnostic::Diagnostic;
 use crate::model::{
     BUILTIN_TIERS, HostEndpoint, Model, NetworkSet, Origin, Policy, StagedDeletion, Tier,
 };
-use crate::source::{FileId, Sources, Span};
+use crate::source::{FileId, Sources};
 use crate::spec::{
     Kind, RawHostEndpointSpec, RawNetworkSetSpec, RawPolicySpec, RawResource, RawSpec, RawTierSpec,
 };
@@ -153,8 +153,7 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
         match &input.resources {
             Resources::Checked(checked) => {
                 for resource in checked.iter() {
-                    let unique = kept.is_unique(resource, input.file, sources, &mut diagnostics);
-                    kept.keep(resource, unique);
+                    kept.keep(resource, input.file, sources, &mut diagnostics);
                 }
                 reusable.push(Some(checked.clone()));
             }
@@ -162,13 +161,6 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
                 let mut clean = true;
                 let mut checked = Vec::with_capacity(resources.len());
                 for (file, resource) in resources.iter() {
-                    let mut resource_checked = CheckedResource {
-                        name: name_key(resource),
-                        checked: None,
-                    };
-                    // The duplicate check first, as a reader expects its message first.
-                    let unique =
-                        kept.is_unique(&resource_checked, *file, sources, &mut diagnostics);
                     let before = diagnostics.len();
                     let mut checker = Checker {
                         file: *file,
@@ -177,9 +169,14 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
                         diagnostics: &mut diagnostics,
                         errors: 0,
                     };
-                    resource_checked.checked = check_resource(&mut checker);
+                    let resource_checked = CheckedResource {
+                        name: name_key(resource),
+                        checked: check_resource(&mut checker),
+                    };
                     clean &= diagnostics.len() == before;
-                    kept.keep(&resource_checked, unique);
+                    // The duplicate check needs the resource's expiry; its message is sorted
+                    // into place with the others by position.
+                    kept.keep(&resource_checked, *file, sources, &mut diagnostics);
                     checked.push(resource_checked);
                 }
                 reusable.push(clean.then(|| Arc::from(checked)));
@@ -198,33 +195,33 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
 /// The resources kept so far for the model, and the first definition of every name.
 #[derive(Default)]
 struct Kept {
-    first_definitions: HashMap<(Kind, String), (FileId, Span, String)>,
+    first_definitions: HashMap<(Kind, String), envelope::FirstDefinition>,
     checked: Vec<Checked>,
 }
 
 impl Kept {
-    /// Whether `resource` (of `file`) is the first of its name; a duplicate gets its error.
-    fn is_unique(
+    /// Keeps what checking `resource` (of `file`) made of it, unless it is a duplicate (which
+    /// gets its error). A duplicate where either of the two expires is kept as well: once one
+    /// has expired, the other stands alone (the error is moot then), so the model must hold it.
+    fn keep(
         &mut self,
         resource: &CheckedResource,
         file: FileId,
         sources: &Sources,
         diagnostics: &mut Vec<Diagnostic>,
-    ) -> bool {
-        resource.name.as_ref().is_none_or(|name| {
-            !check_duplicate(
+    ) {
+        let expires = resource.checked.as_ref().and_then(Checked::expires);
+        let keep = resource.name.as_ref().is_none_or(|name| {
+            check_duplicate(
                 name,
+                expires,
                 file,
                 sources,
                 &mut self.first_definitions,
                 diagnostics,
             )
-        })
-    }
-
-    /// Keeps what checking `resource` made of it, unless it is a duplicate.
-    fn keep(&mut self, resource: &CheckedResource, unique: bool) {
-        if unique {
+        });
+        if keep {
             self.checked.extend(resource.checked.clone());
         }
     }
@@ -283,7 +280,15 @@ fn sort_tiers(tiers: &mut [Tier]) {
 fn check_policy_tiers(policies: &[Arc<Policy>], tiers: &[Tier], diagnostics: &mut Vec<Diagnostic>) {
     for policy in policies {
         let origin = policy.tier_origin.unwrap_or(policy.origin);
-        check_tier_exists(&policy.name, &policy.tier, origin, tiers, diagnostics);
+        let expires = policy.expires.as_ref().map(|expiry| expiry.at);
+        check_tier_exists(
+            &policy.name,
+            &policy.tier,
+            origin,
+            expires,
+            tiers,
+            diagnostics,
+        );
     }
 }
 
@@ -298,16 +303,19 @@ fn check_deletion_tiers(
             &deletion.name,
             &deletion.tier,
             deletion.origin,
+            deletion.expires.as_ref().map(|expiry| expiry.at),
             tiers,
             diagnostics,
         );
     }
 }
 
+/// A policy (or staged deletion) that `expires` needs its tier only until then.
 fn check_tier_exists(
     name: &str,
     tier: &str,
     origin: Origin,
+    expires: Option<jiff::Timestamp>,
     tiers: &[Tier],
     diagnostics: &mut Vec<Diagnostic>,
 ) {
@@ -326,7 +334,8 @@ fn check_tier_exists(
             .with_help(format!(
                 "add a `kind: Tier` named `{}` (with its `order`), or write the policy's tier as it is declared",
                 values::shown(tier)
-            )),
+            ))
+            .moot_after(expires),
         );
 }
 
@@ -368,6 +377,19 @@ enum Checked {
     HostEndpoint(Arc<HostEndpoint>),
     Tier(Tier),
     Staged(Staged),
+}
+
+impl Checked {
+    /// When the resource stops counting, if it carries an expiry.
+    fn expires(&self) -> Option<jiff::Timestamp> {
+        let expiry = match self {
+            Checked::Policy(policy) | Checked::Staged(Staged::Set(policy)) => &policy.expires,
+            Checked::NetworkSet(set) => &set.expires,
+            Checked::Staged(Staged::Delete(deletion)) => &deletion.expires,
+            Checked::HostEndpoint(_) | Checked::Tier(_) => return None,
+        };
+        expiry.as_ref().map(|expiry| expiry.at)
+    }
 }
 
 // Checked values are shared (the daemon's cache of validated files and the model hold the same
