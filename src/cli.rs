@@ -170,7 +170,8 @@ pub enum Command {
     /// with the Service or container; for each, `anyone`, `nobody` or the source networks the
     /// policies let through, and the policy rule (or failsafe port) that decides. Read-only:
     /// changes nothing in the kernel and needs no daemon. Judged under the policies last
-    /// applied, or the policy files when nothing is applied (it says which).
+    /// applied; with nothing of nodeport-guard in the kernel every port is open to anyone; with
+    /// our rules there but not recorded, the policy files (it says which).
     Exposure {
         /// Print JSON (`kind: Exposure`)
         #[arg(long)]

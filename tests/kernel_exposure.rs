@@ -302,19 +302,74 @@ fn exposure_lists_every_reachable_port_with_the_kernels_verdict(backend: Backend
 }
 backend_tests!(exposure_lists_every_reachable_port_with_the_kernels_verdict);
 
-/// With a deny-all policy in the files and nothing applied: judged under the files (said),
-/// every port is reachable by nobody but the failsafe SSH port, `--detailed-exitcode` is 0;
-/// applied, the kernel agrees; and the audit changed nothing.
-fn deny_all_leaves_only_failsafe_ports(backend: Backend) {
+/// `exposure --json --detailed-exitcode` run expecting `code`: its document, judged under
+/// `basis` (`evaluatedAgainst`), and its ports.
+#[track_caller]
+fn audit(guard: &Guard<'_>, code: i32, basis: &str) -> Vec<(String, Value)> {
+    let out = guard.run_expect(&["exposure", "--json", "--detailed-exitcode"], code);
+    let document: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(document["evaluatedAgainst"], basis, "{out}");
+    ports_of(&document)
+}
+
+/// Every port listed is reachable by anyone, decided by nothing of ours being in the kernel.
+#[track_caller]
+fn all_open_to_anyone(ports: &[(String, Value)]) {
+    assert!(ports.len() >= 12, "{ports:?}");
+    for (key, port) in ports {
+        assert_eq!(port["reachableFrom"], "anyone", "{key}: {port}");
+        assert_eq!(
+            port["decidedBy"], "nothing of nodeport-guard is in the kernel",
+            "{key}: {port}"
+        );
+    }
+}
+
+/// With a deny-all policy in the files and nothing of ours in the kernel: nothing drops
+/// anything, so every port is reachable by anyone (said in words), `--detailed-exitcode` is 2,
+/// and a client does reach the NodePort. Applied: every port is reachable by nobody but the
+/// failsafe SSH port, `--detailed-exitcode` is 0, and the kernel agrees. After `cleanup`, and
+/// when the kernel lost our rules while the state directory still records the apply (cleaned
+/// by hand, a reboot): anyone again. The audit changes nothing.
+fn nothing_applied_is_open_to_anyone_and_deny_all_leaves_only_failsafe_ports(backend: Backend) {
     let lab = exposed_lab(backend);
     let guard = Guard::new(&lab);
     guard.write_policy("deny-all.yaml", nodeport_guard::fixtures::DENY_ALL);
     let before = kernel_state(&lab);
-    let out = guard.run_expect(&["exposure", "--json", "--detailed-exitcode"], 0);
-    let document: Value =
-        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
-    assert_eq!(document["evaluatedAgainst"], "files", "{out}");
-    let ports = ports_of(&document);
+    let ports = audit(&guard, 2, "nothing");
+    all_open_to_anyone(&ports);
+    assert_eq!(
+        entry(&ports, &format!("dnat ipv4 tcp/{}", ports::NODEPORT))["target"],
+        format!("{}:{}", addr::NODE_V4, ports::NODEPORT_TARGET)
+    );
+    let table = guard.run_expect(&["exposure"], 0);
+    assert!(
+        table
+            .stdout
+            .starts_with("Nothing of nodeport-guard is in the kernel"),
+        "{table}"
+    );
+    assert_eq!(kernel_state(&lab), before, "exposure changed the kernel");
+    check_reachability(
+        &lab,
+        "nothing applied",
+        &[
+            open(
+                addr::CLIENT_V4[1],
+                sa(addr::NODE_V4, ports::NODEPORT),
+                replies::NODEPORT_TARGET,
+            ),
+            open(
+                addr::CLIENT_V4[1],
+                sa(addr::NODE_V4, ports::HOST_SERVICE),
+                replies::HOST_SERVICE,
+            ),
+        ],
+    );
+
+    guard.apply();
+    let ports = audit(&guard, 0, "applied");
     for (key, port) in &ports {
         let expected = if key == &format!("socket ipv4 tcp/{SSH}") {
             "anyone"
@@ -327,12 +382,7 @@ fn deny_all_leaves_only_failsafe_ports(backend: Backend) {
         entry(&ports, &format!("socket ipv4 tcp/{SSH}"))["decidedBy"],
         "failsafe port"
     );
-    assert!(ports.len() >= 12, "{out}");
-    let table = guard.run_expect(&["exposure"], 0);
-    assert!(table.stdout.contains("(nothing is applied)"), "{table}");
-    assert_eq!(kernel_state(&lab), before, "exposure changed the kernel");
-
-    guard.apply();
+    assert!(ports.len() >= 12, "{ports:?}");
     check_reachability(
         &lab,
         "deny-all applied",
@@ -343,8 +393,110 @@ fn deny_all_leaves_only_failsafe_ports(backend: Backend) {
             dropped(addr::CLIENT_V4[0], sa(addr::NODE_V4, ports::NODEPORT)),
         ],
     );
+
+    // Cleaned up: nothing applied, the record gone with it.
+    let record = guard.state_dir().join("applied.json");
+    let recorded = std::fs::read(&record).expect("the apply's record");
+    guard.cleanup();
+    all_open_to_anyone(&audit(&guard, 2, "nothing"));
+    // Our rules gone while the state directory still records the apply: the kernel decides.
+    std::fs::write(&record, recorded).expect("the record back");
+    all_open_to_anyone(&audit(&guard, 2, "nothing"));
+    let table = guard.run_expect(&["exposure"], 0);
+    assert!(
+        table
+            .stdout
+            .contains("the state directory records an apply the kernel no longer holds"),
+        "{table}"
+    );
+    check_reachability(
+        &lab,
+        "cleaned up",
+        &[open(
+            addr::CLIENT_V4[0],
+            sa(addr::NODE_V4, ports::NODEPORT),
+            replies::NODEPORT_TARGET,
+        )],
+    );
 }
-backend_tests!(deny_all_leaves_only_failsafe_ports);
+backend_tests!(nothing_applied_is_open_to_anyone_and_deny_all_leaves_only_failsafe_ports);
+
+/// Hand-written published ports beyond one port per rule (`tests/data/exposure/handmade*`, in
+/// the backend's firewall mode): a DNAT of a multiport list (an nftables anonymous set) and of
+/// a range to the container, a REDIRECT of one port to the node's server and of a list (a
+/// named set) to themselves. Each port is listed apart, with the kernel's verdict: a client
+/// reaches the container and the redirected server.
+fn port_lists_ranges_and_redirects_are_listed(backend: Backend) {
+    let lab = exposed_lab(backend);
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/exposure/");
+    match backend {
+        Backend::Legacy | Backend::Nft => {
+            let save = std::fs::read(format!("{data}handmade-iptables.save")).expect("rules");
+            lab.node()
+                .exec_with_stdin(backend.iptables_restore(Family::V4), &["--noflush"], &save)
+                .expect_success();
+        }
+        Backend::Nftables => {
+            let nft = std::fs::read(format!("{data}handmade.nft")).expect("rules");
+            lab.node()
+                .exec_with_stdin("nft", &["-f", "-"], &nft)
+                .expect_success();
+        }
+    }
+    let guard = Guard::new(&lab);
+    let out = guard.run_expect(&["exposure", "--json", "--detailed-exitcode"], 2);
+    for port in ["32001", "32010", "30014", "31053"] {
+        assert!(!out.stderr.contains(port), "a warning about {port}: {out}");
+    }
+    let document: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    let ports = ports_of(&document);
+    let container = format!("{}:{}", addr::POD_V4, ports::CONTAINER);
+    for port in [32001, 32002, 32010, 32011] {
+        let published = entry(&ports, &format!("dnat ipv4 tcp/{port}"));
+        assert_eq!(published["target"], container, "{published}");
+        assert_eq!(published["reachableFrom"], "anyone", "{published}");
+    }
+    assert_eq!(
+        entry(&ports, "dnat ipv4 tcp/30014")["target"],
+        format!(":{}", ports::NODEPORT_TARGET)
+    );
+    for port in [31053, 31054] {
+        assert_eq!(
+            entry(&ports, &format!("dnat ipv4 udp/{port}"))["target"],
+            format!(":{port}")
+        );
+    }
+    let table = guard.run_expect(&["exposure"], 0);
+    assert!(
+        table
+            .stdout
+            .contains(&format!("REDIRECT to :{}", ports::NODEPORT_TARGET)),
+        "{table}"
+    );
+    check_reachability(
+        &lab,
+        "hand-written published ports",
+        &[
+            open(
+                addr::CLIENT_V4[0],
+                sa(addr::NODE_V4, 32002),
+                replies::CONTAINER,
+            ),
+            open(
+                addr::CLIENT_V4[0],
+                sa(addr::NODE_V4, 32011),
+                replies::CONTAINER,
+            ),
+            open(
+                addr::CLIENT_V4[0],
+                sa(addr::NODE_V4, 30014),
+                replies::NODEPORT_TARGET,
+            ),
+        ],
+    );
+}
+backend_tests!(port_lists_ranges_and_redirects_are_listed);
 
 /// `plan` warns when a change leaves a published port that was guarded open to anyone: here
 /// the mission whitelist, applied, is replaced by the same policy on another port. The

@@ -1,5 +1,8 @@
 //! `exposure`: every port of this host another host can reach, and who may reach it
-//! (`crate::exposure`), under the policies last applied or, with nothing applied, the files.
+//! (`crate::exposure`), under the policies now applied. The kernel says whether anything is:
+//! with nothing of ours in it, every port is open as far as nodeport-guard is concerned,
+//! whatever the state directory and the policy files say; with our rules in it, they are the
+//! policies last applied, or, when the state directory does not record those, the files.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -7,63 +10,123 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use crate::dataplane::Host;
+use crate::dataplane::{Dataplane, Host};
 use crate::exposure::{self, Exposed, Reachable, Via};
-use crate::model::Model;
+use crate::model::{IpFamily, Model};
 use crate::policy_set;
 use crate::settings::Settings;
 use crate::system::host::host_facts;
 
 /// Which policies the ports were judged under.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Basis {
+    /// Nothing of nodeport-guard is in the kernel: no rule of it drops anything.
+    Nothing {
+        /// The state directory still records an apply (the kernel was cleaned by hand, or
+        /// rebooted).
+        recorded: bool,
+    },
     /// The policy files the last apply recorded.
     Applied,
-    /// The policy directory's files: nothing applied (or not recorded).
+    /// The policy directory's files: the kernel holds rules of ours, but the state directory
+    /// does not record which policies they came from.
     Files,
 }
 
+/// What the ports are judged under, from what the kernel holds of ours (`kernel_holds_ours`)
+/// and whether the state directory records the policies last applied (`recorded`). Pure.
+pub fn basis(kernel_holds_ours: bool, recorded: bool) -> Basis {
+    match (kernel_holds_ours, recorded) {
+        (false, recorded) => Basis::Nothing { recorded },
+        (true, true) => Basis::Applied,
+        (true, false) => Basis::Files,
+    }
+}
+
 impl Basis {
-    fn words(&self, settings: &Settings) -> String {
+    /// The table's first line.
+    pub fn heading(&self, settings: &Settings) -> String {
         match self {
-            Basis::Applied => "the policies as last applied".to_owned(),
+            Basis::Nothing { recorded } => format!(
+                "Nothing of nodeport-guard is in the kernel: no rule of it drops a packet, so every port is reachable by anyone as far as it is concerned{}.",
+                if *recorded {
+                    " (the state directory records an apply the kernel no longer holds: cleaned up by hand, or a reboot)"
+                } else {
+                    ""
+                }
+            ),
+            Basis::Applied => "Judged under the policies as last applied.".to_owned(),
             Basis::Files => format!(
-                "the policy files in `{}` (nothing is applied)",
+                "Judged under the policy files in `{}` (the kernel holds rules of nodeport-guard, but which policies they came from is not recorded).",
                 settings.config.policies_dir.display()
             ),
         }
     }
+
+    /// `evaluatedAgainst` in JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Basis::Nothing { .. } => "nothing",
+            Basis::Applied => "applied",
+            Basis::Files => "files",
+        }
+    }
 }
 
-/// The policies to judge by: those last applied, else the files (printing their diagnostics;
-/// `None` when they are invalid or missing).
-pub fn policies(settings: &Settings, runner: &dyn Host) -> Option<(Model, Basis)> {
-    if let Some(model) = crate::engine::Engine::new(settings, runner).applied_model() {
-        return Some((model, Basis::Applied));
+/// Whether the kernel holds anything of ours, read with the backend the settings choose (with
+/// `auto`, the one our chains are in).
+fn kernel_holds_ours(settings: &Settings, runner: &dyn Host) -> Result<bool> {
+    let backend = settings.backend.resolve(runner);
+    let dataplane = Dataplane::new(
+        backend,
+        runner,
+        IpFamily::BOTH.to_vec(),
+        &settings.state_dir,
+    );
+    let observed = dataplane
+        .observe()
+        .with_context(|| format!("cannot read what the kernel holds of ours ({backend})"))?;
+    Ok(!observed.is_empty())
+}
+
+/// The policies to judge by and what they are: none when nothing of ours is in the kernel;
+/// else those last applied, else the files (printing their diagnostics; `Ok(None)` when they
+/// are invalid or missing).
+pub fn policies(settings: &Settings, runner: &dyn Host) -> Result<Option<(Option<Model>, Basis)>> {
+    let engine = crate::engine::Engine::new(settings, runner);
+    let applied = engine.applied_model();
+    match basis(kernel_holds_ours(settings, runner)?, applied.is_some()) {
+        Basis::Nothing { recorded } => return Ok(Some((None, Basis::Nothing { recorded }))),
+        Basis::Applied => return Ok(Some((applied, Basis::Applied))),
+        Basis::Files => {}
     }
     let directory = &settings.config.policies_dir;
     if !directory.is_dir() {
         eprintln!(
-            "error: nothing is applied and the policy directory `{}` does not exist or is not a directory",
+            "error: the kernel holds rules of nodeport-guard, the state directory does not record which policies they came from, and the policy directory `{}` does not exist or is not a directory",
             directory.display()
         );
-        return None;
+        return Ok(None);
     }
     let set = policy_set::load_with(std::slice::from_ref(directory), settings.load);
     if !set.is_valid() {
         super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
-        return None;
+        return Ok(None);
     }
-    Some((set.model, Basis::Files))
+    Ok(Some((Some(set.model), Basis::Files)))
 }
 
 /// `exposure [--json] [--detailed-exitcode]`.
 pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -> Result<ExitCode> {
-    let Some((model, basis)) = policies(settings, runner) else {
+    let Some((model, basis)) = policies(settings, runner)? else {
         return Ok(ExitCode::from(1));
     };
     let inventory = exposure::scan::inventory(runner)?;
     let facts = host_facts(&settings.config);
-    let exposed = exposure::assess(&inventory, &model, &settings.config, &facts);
+    let exposed = match &model {
+        Some(model) => exposure::assess(&inventory, model, &settings.config, &facts),
+        None => exposure::unguarded(&inventory, &settings.config, &facts),
+    };
     for note in &inventory.notes {
         eprintln!("warning: {note}");
     }
@@ -71,7 +134,7 @@ pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -
         let document = super::output::json_document(
             "Exposure",
             serde_json::json!({
-                "evaluatedAgainst": match basis { Basis::Applied => "applied", Basis::Files => "files" },
+                "evaluatedAgainst": basis.as_str(),
                 "ports": exposed,
                 "notes": inventory.notes,
             }),
@@ -81,7 +144,7 @@ pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -
         text.push('\n');
         text
     } else {
-        table(&exposed, &basis.words(settings))
+        table(&exposed, &basis.heading(settings))
     };
     std::io::stdout()
         .lock()
@@ -97,8 +160,9 @@ pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -
     })
 }
 
-/// The ports as a table: port, protocol, what it is, reachable from, decided by.
-pub fn table(exposed: &[Exposed], basis: &str) -> String {
+/// The ports as a table under `heading` (what they were judged under): port, protocol, what
+/// it is, reachable from, decided by.
+pub fn table(exposed: &[Exposed], heading: &str) -> String {
     let mut rows = vec![[
         "PORT".to_owned(),
         "PROTO".to_owned(),
@@ -117,6 +181,7 @@ pub fn table(exposed: &[Exposed], basis: &str) -> String {
             .map(|owner| format!(" ({owner})"))
             .unwrap_or_default();
         let what = match port.via {
+            Via::Dnat if port.redirect => format!("REDIRECT to {}{owner}", port.target),
             Via::Dnat => format!("DNAT to {}{owner}", port.target),
             Via::Socket => format!("listening on {}{owner}", port.target),
         };
@@ -143,7 +208,7 @@ pub fn table(exposed: &[Exposed], basis: &str) -> String {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let mut out = format!("Judged under {basis}.\n");
+    let mut out = format!("{heading}\n");
     if exposed.is_empty() {
         out.push_str("No port of this host is reachable from another host.\n");
         return out;

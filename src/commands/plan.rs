@@ -68,7 +68,9 @@ pub fn run(
         engine.established_cuts(prepared)
     };
     let promotions = engine::promotions(&prepared.compiled.names, &prepared.desired, observed);
-    let opened = if changes.is_empty() {
+    // With nothing of ours in the kernel no published port is guarded now, whatever the state
+    // directory records: none can lose a guard.
+    let opened = if changes.is_empty() || observed.is_empty() {
         Vec::new()
     } else {
         engine.opened_published_ports(prepared)

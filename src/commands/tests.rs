@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::exposure::{self, Basis};
 use super::{apply, cleanup, confirm, plan, rollback, status};
 use crate::dataplane::fake::FakeKernel;
 use crate::dataplane::{Backend, Dataplane};
@@ -726,4 +727,54 @@ fn the_rollback_watcher_takes_any_id_even_one_that_looks_like_an_option() {
         }
         assert_eq!(cli.global.state_dir, Path::new("/run/x"));
     }
+}
+
+/// What `exposure` judges by: the kernel says whether anything of ours is applied, whatever
+/// the state directory records and the policy files say.
+#[test]
+fn exposure_judges_by_what_the_kernel_holds_of_ours() {
+    let judged = |harness: &Harness| {
+        let (model, basis) = exposure::policies(&harness.settings, &harness.kernel)
+            .expect("policies")
+            .expect("something to judge by");
+        (model.is_some(), basis)
+    };
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend);
+        // Never applied: nothing drops anything, whatever the files say.
+        assert_eq!(
+            judged(&harness),
+            (false, Basis::Nothing { recorded: false }),
+            "{backend}"
+        );
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        assert_eq!(judged(&harness), (true, Basis::Applied), "{backend}");
+        // A reboot (or a hand-made flush): the state directory records an apply the kernel
+        // no longer holds.
+        harness.kernel = FakeKernel::new();
+        assert_eq!(
+            judged(&harness),
+            (false, Basis::Nothing { recorded: true }),
+            "{backend}"
+        );
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        assert_eq!(judged(&harness), (true, Basis::Applied), "{backend}");
+        // Our rules in the kernel, which policies they came from not recorded: the files.
+        harness.state_dir().clear_applied().expect("clear");
+        assert_eq!(judged(&harness), (true, Basis::Files), "{backend}");
+        assert_exit(
+            cleanup::run(&harness.settings, &harness.kernel, true, false).expect("cleanup"),
+            0,
+        );
+        assert_eq!(
+            judged(&harness),
+            (false, Basis::Nothing { recorded: false }),
+            "{backend}"
+        );
+    });
+    assert_eq!(
+        exposure::basis(false, true),
+        Basis::Nothing { recorded: true }
+    );
+    assert_eq!(exposure::basis(true, false), Basis::Files);
 }

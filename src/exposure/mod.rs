@@ -78,7 +78,160 @@ pub enum Destination {
     Net(IpNet),
 }
 
-/// One DNAT rule that nat `PREROUTING` reaches: a published port.
+/// Most ports one DNAT or REDIRECT rule is listed with, one entry per port (a multiport list,
+/// an nftables set, a range); a rule for more is named in a note instead.
+pub const MAX_PORTS_PER_RULE: u32 = 256;
+
+/// The destination ports a path to a rule requires: inclusive ranges, sorted, disjoint and
+/// apart (`32001,32002` is one range). Never empty: a path that no port fits is no path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSet(Vec<(u16, u16)>);
+
+impl PortSet {
+    /// One port.
+    pub fn one(port: u16) -> PortSet {
+        PortSet(vec![(port, port)])
+    }
+
+    /// The ports of `ranges` (inclusive, in any order, overlapping or not); `None` when there
+    /// are none (or a range ends before it starts).
+    pub fn of(ranges: impl IntoIterator<Item = (u16, u16)>) -> Option<PortSet> {
+        let mut ranges: Vec<(u16, u16)> = ranges.into_iter().collect();
+        if ranges.is_empty() || ranges.iter().any(|(low, high)| low > high) {
+            return None;
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
+        for (low, high) in ranges {
+            match merged.last_mut() {
+                Some(last) if u32::from(low) <= u32::from(last.1) + 1 => last.1 = last.1.max(high),
+                _ => merged.push((low, high)),
+            }
+        }
+        Some(PortSet(merged))
+    }
+
+    /// The ports both require; `None` when they share none.
+    pub fn intersect(&self, other: &PortSet) -> Option<PortSet> {
+        let mut both = Vec::new();
+        for &(a_low, a_high) in &self.0 {
+            for &(b_low, b_high) in &other.0 {
+                let (low, high) = (a_low.max(b_low), a_high.min(b_high));
+                if low <= high {
+                    both.push((low, high));
+                }
+            }
+        }
+        PortSet::of(both)
+    }
+
+    /// How many ports.
+    pub fn len(&self) -> u32 {
+        self.0
+            .iter()
+            .map(|&(low, high)| u32::from(high) - u32::from(low) + 1)
+            .sum()
+    }
+
+    /// Every port, in order.
+    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
+        self.0.iter().flat_map(|&(low, high)| low..=high)
+    }
+
+    /// As iptables' multiport writes it (`80,8000:8080`): `iptables-save`'s `--dport` and
+    /// `--dports` values. `None` when the text is not one.
+    pub fn parse_xtables(text: &str) -> Option<PortSet> {
+        let range = |item: &str| -> Option<(u16, u16)> {
+            match item.split_once(':') {
+                Some((low, high)) => Some((
+                    if low.is_empty() { 0 } else { low.parse().ok()? },
+                    if high.is_empty() {
+                        u16::MAX
+                    } else {
+                        high.parse().ok()?
+                    },
+                )),
+                None => {
+                    let port = item.parse().ok()?;
+                    Some((port, port))
+                }
+            }
+        };
+        PortSet::of(text.split(',').map(range).collect::<Option<Vec<_>>>()?)
+    }
+}
+
+impl fmt::Display for PortSet {
+    /// `32001-32002, 32010`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, &(low, high)) in self.0.iter().enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            if low == high {
+                write!(f, "{low}")?;
+            } else {
+                write!(f, "{low}-{high}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a rule that publishes ports sends them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sends {
+    /// DNAT to this address (and port), as the rule writes it (`192.0.2.2:80`).
+    To(String),
+    /// REDIRECT to this host, on these ports (`8080`, `8080-8081`), or, `None`, on the port
+    /// the packet came for.
+    Redirect(Option<String>),
+}
+
+/// The published ports one DNAT or REDIRECT rule stands for, each port apart: the rules'
+/// found entries, or a note when they are more than [`MAX_PORTS_PER_RULE`]. `what` names the
+/// rule and where it is, for the note (`in nat chain `PREROUTING``).
+pub fn publish(
+    family: IpFamily,
+    protocol: Transport,
+    ports: &PortSet,
+    destination: Destination,
+    sends: &Sends,
+    owner: impl Fn(&str) -> Option<String>,
+    what: &str,
+) -> Result<Vec<Dnat>, String> {
+    let count = ports.len();
+    if count > MAX_PORTS_PER_RULE {
+        let verb = match sends {
+            Sends::To(target) => format!("a DNAT to `{target}`"),
+            Sends::Redirect(_) => "a REDIRECT to this host".to_owned(),
+        };
+        return Err(format!(
+            "{verb} {what} publishes {protocol} ports {ports} ({count} ports, more than {MAX_PORTS_PER_RULE}): not listed port by port"
+        ));
+    }
+    Ok(ports
+        .ports()
+        .map(|port| {
+            let (target, redirect) = match sends {
+                Sends::To(target) => (target.clone(), false),
+                Sends::Redirect(Some(to)) => (format!(":{to}"), true),
+                Sends::Redirect(None) => (format!(":{port}"), true),
+            };
+            Dnat {
+                family,
+                protocol,
+                port,
+                destination,
+                owner: owner(&target),
+                target,
+                redirect,
+            }
+        })
+        .collect())
+}
+
+/// One DNAT (or REDIRECT) rule that nat `PREROUTING` reaches: a published port.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dnat {
     pub family: IpFamily,
@@ -88,10 +241,13 @@ pub struct Dnat {
     pub port: u16,
     /// The destination it requires.
     pub destination: Destination,
-    /// Where it sends the packet, as the rule writes it (`192.0.2.2:80`).
+    /// Where it sends the packet, as the rule writes it (`192.0.2.2:80`); for a REDIRECT, this
+    /// host's port as nft writes it (`:8080`).
     pub target: String,
     /// The Service or container, when the rules name it.
     pub owner: Option<String>,
+    /// A REDIRECT: the packet goes to this host itself.
+    pub redirect: bool,
 }
 
 /// A socket listening on (TCP) or bound to (UDP) an address.
@@ -179,6 +335,9 @@ pub struct Exposed {
     /// The process, Service or container, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A REDIRECT to this host (`target` is its port, `:8080`).
+    #[serde(skip)]
+    pub redirect: bool,
     /// Anyone, some sources or nobody.
     pub reachable_from: Reachable,
     /// The source networks allowed, when `some`.
@@ -205,10 +364,34 @@ pub fn assess(
     host: &HostFacts,
 ) -> Vec<Exposed> {
     let reacher = reach::Reacher::new(model, config, host);
+    rows(inventory, config, host, |port| reacher.reach(port))
+}
+
+/// What decides a port when nothing of nodeport-guard is in the kernel, in words.
+pub const NOTHING_APPLIED: &str = "nothing of nodeport-guard is in the kernel";
+
+/// Every port of `inventory` that another host can reach when nothing of nodeport-guard is in
+/// the kernel: no rule of it drops anything, so each is reachable by anyone (as far as
+/// nodeport-guard is concerned), decided by [`NOTHING_APPLIED`]. In [`assess`]'s order.
+pub fn unguarded(inventory: &Inventory, config: &Config, host: &HostFacts) -> Vec<Exposed> {
+    rows(inventory, config, host, |_| reach::Reach {
+        reachable: Reachable::Anyone,
+        allowed: Vec::new(),
+        decided_by: vec![NOTHING_APPLIED.to_owned()],
+    })
+}
+
+/// The rows of [`assess`], with who may reach each port told by `reach`.
+fn rows(
+    inventory: &Inventory,
+    config: &Config,
+    host: &HostFacts,
+    reach: impl Fn(&reach::Port) -> reach::Reach,
+) -> Vec<Exposed> {
     let own = host.own_addresses(&config.host_interface_exclude);
     let mut exposed = Vec::new();
     for dnat in published(&inventory.dnat, &own) {
-        let reach = reacher.reach(&dnat_port(&dnat, &own));
+        let reach = reach(&dnat_port(&dnat, &own));
         exposed.push(Exposed {
             protocol: dnat.protocol,
             port: dnat.port,
@@ -216,6 +399,7 @@ pub fn assess(
             via: Via::Dnat,
             target: dnat.target.clone(),
             owner: dnat.owner.clone(),
+            redirect: dnat.redirect,
             reachable_from: reach.reachable,
             allowed: reach.allowed,
             decided_by: reach.decided_by.join("; "),
@@ -223,7 +407,7 @@ pub fn assess(
     }
     for (family, socket) in outside_sockets(&inventory.sockets) {
         let address = (!socket.address.is_unspecified()).then_some(socket.address);
-        let reach = reacher.reach(&reach::Port {
+        let reach = reach(&reach::Port {
             family,
             protocol: socket.protocol,
             port: socket.port,
@@ -238,6 +422,7 @@ pub fn assess(
             via: Via::Socket,
             target: std::net::SocketAddr::new(socket.address, socket.port).to_string(),
             owner,
+            redirect: false,
             reachable_from: reach.reachable,
             allowed: reach.allowed,
             decided_by: reach.decided_by.join("; "),
@@ -287,6 +472,7 @@ fn published<'d>(rules: &'d [Dnat], own: &[IpAddr]) -> Vec<Dnat> {
                 if entry.owner.is_none() {
                     entry.owner.clone_from(&dnat.owner);
                 }
+                entry.redirect |= dnat.redirect;
             }
             None => {
                 merged.insert(key, dnat.clone());
@@ -365,7 +551,7 @@ pub fn counts(exposed: &[Exposed]) -> BTreeMap<(Reachable, Via), usize> {
 
 /// The port a DNAT rule publishes, as packets from other hosts meet it: on the host address
 /// its destination names (any of them for `LOCAL` or no condition), forwarded unless the
-/// target is the host itself.
+/// target is the host itself (a REDIRECT, or a DNAT to one of its addresses).
 fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
     let address = match dnat.destination {
         Destination::Net(net) => own
@@ -374,8 +560,9 @@ fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
             .copied(),
         Destination::Any | Destination::Local => None,
     };
-    let to_host = target_address(&dnat.target)
-        .is_some_and(|target| target.is_loopback() || own.contains(&target));
+    let to_host = dnat.redirect
+        || target_address(&dnat.target)
+            .is_some_and(|target| target.is_loopback() || own.contains(&target));
     reach::Port {
         family: dnat.family,
         protocol: dnat.protocol,
@@ -425,13 +612,14 @@ pub fn newly_open(
         })
         .map(|dnat| {
             format!(
-                "published port {}/{} ({}, DNAT to {}{}) was guarded and would be open to anyone",
+                "published port {}/{} ({}, {} to {}{}) was guarded and would be open to anyone",
                 dnat.protocol,
                 dnat.port,
                 match dnat.family {
                     IpFamily::V4 => "IPv4",
                     IpFamily::V6 => "IPv6",
                 },
+                if dnat.redirect { "REDIRECT" } else { "DNAT" },
                 dnat.target,
                 dnat.owner
                     .as_deref()

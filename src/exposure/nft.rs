@@ -4,7 +4,10 @@
 //! `goto` and verdict maps (named, as kube-proxy's `service-nodeports`, or anonymous, as its
 //! `numgen` endpoint choice), carrying what the rules and map keys on the way require:
 //! protocol (`meta l4proto`, `tcp dport`), destination port (`th dport`), destination address
-//! (`ip daddr`, `fib daddr type local`). A `dnat` met on the way is a published port.
+//! (`ip daddr`, `fib daddr type local`); ports may be one, a range, an anonymous set (`tcp dport
+//! { 31001, 31002 }`) or a named set. A `dnat` or `redirect` met on the way publishes the ports
+//! the path requires, each listed apart, a `redirect` with this host's port as target
+//! (`:8080`).
 //! kube-proxy names the Service in its chain names (`external-HASH-ns/svc/tcp/port`) and in
 //! some map elements' comments; docker's `docker-bridges` tables DNAT to the container.
 //!
@@ -17,7 +20,7 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use super::{Destination, Dnat, Transport};
+use super::{Destination, Dnat, PortSet, Sends, Transport};
 use crate::dataplane::nat::is_iptables_nft_table;
 use crate::model::IpFamily;
 
@@ -31,6 +34,8 @@ type RuleJson<'j> = (&'j [Value], Option<&'j str>);
 struct Table<'j> {
     chains: BTreeMap<&'j str, Vec<RuleJson<'j>>>,
     maps: BTreeMap<&'j str, &'j [Value]>,
+    /// Named sets' elements.
+    sets: BTreeMap<&'j str, &'j [Value]>,
     hooked: Vec<&'j str>,
 }
 
@@ -38,7 +43,8 @@ struct Table<'j> {
 #[derive(Clone, Debug)]
 struct Path {
     protocol: Option<Transport>,
-    port: Option<u16>,
+    /// `None`: any port.
+    port: Option<PortSet>,
     destination: Destination,
     comment: Option<String>,
     chain: String,
@@ -87,12 +93,16 @@ pub fn parse_ruleset(json: &str) -> Result<(Vec<Dnat>, Vec<String>), serde_json:
                     .or_default()
                     .push((expr, comment));
             }
-            "map" => {
+            "map" | "set" => {
                 let elements = body
                     .get("elem")
                     .and_then(Value::as_array)
                     .map_or(&[][..], Vec::as_slice);
-                entry.maps.insert(field("name"), elements);
+                if kind == "map" {
+                    entry.maps.insert(field("name"), elements);
+                } else {
+                    entry.sets.insert(field("name"), elements);
+                }
             }
             _ => {}
         }
@@ -168,7 +178,7 @@ impl<'j> Walk<'_, 'j> {
         for statement in expr {
             if let Some(found) = statement.get("match") {
                 conditions += 1;
-                if narrow_by_match(&mut path, found).is_none() {
+                if narrow_by_match(&mut path, found, &self.table.sets).is_none() {
                     return Flow::Next;
                 }
             } else if let Some(verdict) = verdict_target(statement) {
@@ -179,6 +189,10 @@ impl<'j> Walk<'_, 'j> {
                 return Flow::Next;
             } else if let Some(dnat) = statement.get("dnat") {
                 self.dnat(dnat, &path);
+                return Flow::Next;
+            } else if let Some(redirect) = statement.get("redirect") {
+                let to = redirect.get("port").and_then(port_words);
+                self.publish(&path, self.family, Sends::Redirect(to));
                 return Flow::Next;
             } else if statement.get("return").is_some() && conditions == 0 {
                 return Flow::Stop;
@@ -231,10 +245,9 @@ impl<'j> Walk<'_, 'j> {
             if let Some(comment) = comment {
                 next.comment = Some(comment.to_owned());
             }
-            let fits = parts
-                .iter()
-                .zip(&values)
-                .all(|(part, value)| narrow(&mut next, part, "==", value).is_some());
+            let fits = parts.iter().zip(&values).all(|(part, value)| {
+                narrow(&mut next, part, "==", value, &self.table.sets).is_some()
+            });
             if fits {
                 let target = target.to_owned();
                 self.follow(&target, next);
@@ -253,22 +266,46 @@ impl<'j> Walk<'_, 'j> {
             (Some(port), false) => format!("{address}:{port}"),
             (None, _) => address.clone(),
         };
-        let (Some(family), Some(protocol), Some(port)) = (family, path.protocol, path.port) else {
+        self.publish(path, family, Sends::To(target));
+    }
+
+    /// A `dnat` or `redirect` at the end of `path`: its ports, in `family` (both for a
+    /// `redirect` of an `inet` table), or a note when they are not one protocol's few ports.
+    fn publish(&mut self, path: &Path, family: Option<IpFamily>, sends: Sends) {
+        let what = format!(
+            "in nftables chain `{}` of table `{}`",
+            path.chain, self.table_name
+        );
+        let families = match (family, &sends) {
+            (Some(family), _) => vec![family],
+            (None, Sends::Redirect(_)) => IpFamily::BOTH.to_vec(),
+            (None, Sends::To(_)) => Vec::new(),
+        };
+        let (false, Some(protocol), Some(ports)) = (families.is_empty(), path.protocol, &path.port)
+        else {
+            let verb = match &sends {
+                Sends::To(target) => format!("a DNAT to `{target}`"),
+                Sends::Redirect(_) => "a redirect to this host".to_owned(),
+            };
             self.notes.push(format!(
-                "a DNAT to `{target}` in nftables chain `{}` of table `{}` matches no single protocol and port: not listed",
-                path.chain, self.table_name
+                "{verb} {what} matches no single protocol and port: not listed"
             ));
             return;
         };
-        let owner = self.owner(path, &target);
-        self.found.push(Dnat {
-            family,
-            protocol,
-            port,
-            destination: path.destination,
-            target,
-            owner,
-        });
+        for family in families {
+            match super::publish(
+                family,
+                protocol,
+                ports,
+                path.destination,
+                &sends,
+                |target| self.owner(path, target),
+                &what,
+            ) {
+                Ok(found) => self.found.extend(found),
+                Err(note) => self.notes.push(note),
+            }
+        }
     }
 
     /// kube-proxy's Service, from an element's comment or from the chain names on the way
@@ -325,16 +362,19 @@ fn verdict_target(statement: &Value) -> Option<&str> {
 }
 
 /// Narrows `path` by one `match` statement; `None` when the match cannot hold on it.
-fn narrow_by_match(path: &mut Path, found: &Value) -> Option<()> {
+fn narrow_by_match(path: &mut Path, found: &Value, sets: &Sets<'_>) -> Option<()> {
     let op = found.get("op").and_then(Value::as_str).unwrap_or("==");
     let left = found.get("left").unwrap_or(&Value::Null);
     let right = found.get("right").unwrap_or(&Value::Null);
-    narrow(path, left, op, right)
+    narrow(path, left, op, right, sets)
 }
+
+/// A table's named sets: their elements by name.
+type Sets<'j> = BTreeMap<&'j str, &'j [Value]>;
 
 /// Narrows `path` by `left op right`. Only equality narrows; everything the walk does not
 /// follow leaves the path as it is.
-fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value) -> Option<()> {
+fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value, sets: &Sets<'_>) -> Option<()> {
     if op != "==" && op != "in" {
         return Some(());
     }
@@ -348,9 +388,9 @@ fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value) -> Option<()> 
             ("tcp" | "udp", "dport") => {
                 let transport = Transport::parse(protocol)?;
                 set(&mut path.protocol, transport)?;
-                return narrow_port(path, right);
+                return narrow_port(path, right, sets);
             }
-            ("th", "dport") => return narrow_port(path, right),
+            ("th", "dport") => return narrow_port(path, right, sets),
             ("ip" | "ip6", "daddr") => {
                 if let Ok(net) = net_of(right) {
                     path.destination = Destination::Net(net);
@@ -384,14 +424,63 @@ fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value) -> Option<()> 
     Some(())
 }
 
-fn narrow_port(path: &mut Path, right: &Value) -> Option<()> {
-    match right.as_u64().and_then(|port| u16::try_from(port).ok()) {
-        Some(port) => set(&mut path.port, port),
-        // A set or range of ports: not one port.
+/// Narrows `path` to the ports `right` names; `None` when it shares none with the path.
+fn narrow_port(path: &mut Path, right: &Value, sets: &Sets<'_>) -> Option<()> {
+    match ports_of(right, sets) {
+        Some(ports) => {
+            path.port = Some(match &path.port {
+                Some(held) => held.intersect(&ports)?,
+                None => ports,
+            });
+            Some(())
+        }
+        // Something the walk does not follow (a map lookup, an unknown set): any port.
         None => {
             path.port = None;
             Some(())
         }
+    }
+}
+
+/// The ports a value names: a port, a range (`{"range": [31010, 31011]}`), an anonymous set
+/// of either (`{"set": [31001, 31002]}`), a named set (`"@name"`), a set element with a
+/// comment or timeout (`{"elem": {"val": …}}`). `None` for anything else.
+fn ports_of(value: &Value, sets: &Sets<'_>) -> Option<PortSet> {
+    let union = |items: &[Value]| -> Option<PortSet> {
+        let mut ranges = Vec::new();
+        for item in items {
+            ranges.extend(ports_of(item, sets)?.0);
+        }
+        PortSet::of(ranges)
+    };
+    let port = |value: &Value| value.as_u64().and_then(|port| u16::try_from(port).ok());
+    match value {
+        Value::Number(_) => port(value).map(PortSet::one),
+        Value::String(name) => union(sets.get(name.strip_prefix('@')?)?),
+        Value::Object(object) => {
+            if let Some(range) = object.get("range").and_then(Value::as_array) {
+                match range.as_slice() {
+                    [low, high] => PortSet::of([(port(low)?, port(high)?)]),
+                    _ => None,
+                }
+            } else if let Some(items) = object.get("set").and_then(Value::as_array) {
+                union(items)
+            } else {
+                ports_of(object.get("elem")?.get("val")?, sets)
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A `redirect`'s port as nft writes it: `8080`, `8080-8081`.
+fn port_words(value: &Value) -> Option<String> {
+    if let Some(port) = value.as_u64() {
+        return Some(port.to_string());
+    }
+    match value.get("range")?.as_array()?.as_slice() {
+        [low, high] => Some(format!("{}-{}", low.as_u64()?, high.as_u64()?)),
+        _ => None,
     }
 }
 
@@ -452,6 +541,58 @@ mod tests {
             ["V6 udp/3 Any -> [2001:db8::3]:3 (-)"]
         );
         assert!(parse_ruleset("table ip nat {").is_err());
+    }
+
+    #[test]
+    fn port_sets_ranges_verdict_map_ranges_and_redirects() {
+        // As `nft -j list ruleset` prints them (nft 1.0.6): `tcp dport { 31001, 31002 }`,
+        // `udp dport { 31030-31032, 31040 }`, `tcp dport 1000-60000`, `redirect to :9000`,
+        // and a verdict map keyed by port ranges.
+        let json = r#"{"nftables": [
+            {"chain": {"family": "inet", "table": "lab", "name": "pre", "type": "nat", "hook": "prerouting"}},
+            {"chain": {"family": "inet", "table": "lab", "name": "to-pod"}},
+            {"rule": {"family": "inet", "table": "lab", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [31001, 31002]}}},
+                {"redirect": {"port": 9000}}]}},
+            {"rule": {"family": "inet", "table": "lab", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": {"set": [{"range": [31030, 31032]}, 31040]}}},
+                {"dnat": {"family": "ip", "addr": "192.0.2.2"}}]}},
+            {"rule": {"family": "inet", "table": "lab", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"range": [1000, 60000]}}},
+                {"dnat": {"family": "ip", "addr": "192.0.2.3"}}]}},
+            {"rule": {"family": "inet", "table": "lab", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}},
+                {"vmap": {"key": {"payload": {"protocol": "th", "field": "dport"}}, "data": {"set": [
+                    [{"range": [32000, 32001]}, {"jump": {"target": "to-pod"}}],
+                    [{"range": [33000, 40000]}, {"jump": {"target": "to-pod"}}]]}}}]}},
+            {"rule": {"family": "inet", "table": "lab", "chain": "to-pod", "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}}, "right": {"set": [32001, 32002, 33000]}}},
+                {"dnat": {"family": "ip", "addr": "192.0.2.4", "port": 80}}]}}
+        ]}"#;
+        let (found, notes) = parse_ruleset(json).expect("nft JSON");
+        assert_eq!(
+            super::super::describe(&found),
+            [
+                "V4 tcp/31001 Any -> :9000 (-)",
+                "V4 tcp/31002 Any -> :9000 (-)",
+                // The map's ranges narrowed by the chain's set.
+                "V4 tcp/32001 Any -> 192.0.2.4:80 (-)",
+                "V4 tcp/33000 Any -> 192.0.2.4:80 (-)",
+                "V4 udp/31030 Any -> 192.0.2.2 (-)",
+                "V4 udp/31031 Any -> 192.0.2.2 (-)",
+                "V4 udp/31032 Any -> 192.0.2.2 (-)",
+                "V4 udp/31040 Any -> 192.0.2.2 (-)",
+                // A redirect of an inet table: both families.
+                "V6 tcp/31001 Any -> :9000 (-)",
+                "V6 tcp/31002 Any -> :9000 (-)",
+            ]
+        );
+        assert_eq!(
+            notes,
+            [
+                "a DNAT to `192.0.2.3` in nftables chain `pre` of table `lab` publishes tcp ports 1000-60000 (59001 ports, more than 256): not listed port by port"
+            ]
+        );
     }
 
     #[test]

@@ -66,6 +66,28 @@ fn docker_published_ports_name_the_container_and_keep_the_loopback_condition_in_
     assert_eq!(nftables, expected, "nftables firewall");
 }
 
+#[test]
+fn multiport_lists_ranges_sets_and_redirects_are_published_ports_in_both_firewalls() {
+    let (iptables, nftables) = parsed(
+        &[(
+            include_str!("../../tests/data/exposure/handmade-iptables.save"),
+            IpFamily::V4,
+        )],
+        include_str!("../../tests/data/exposure/handmade.json"),
+    );
+    let expected = [
+        "V4 tcp/30014 Any -> :8080 (-)",
+        "V4 tcp/32001 Any -> 192.0.2.2:80 (-)",
+        "V4 tcp/32002 Any -> 192.0.2.2:80 (-)",
+        "V4 tcp/32010 Any -> 192.0.2.2:80 (-)",
+        "V4 tcp/32011 Any -> 192.0.2.2:80 (-)",
+        "V4 udp/31053 Any -> :31053 (-)",
+        "V4 udp/31054 Any -> :31054 (-)",
+    ];
+    assert_eq!(iptables, expected, "iptables");
+    assert_eq!(nftables, expected, "nftables");
+}
+
 fn socket(protocol: Transport, address: &str, port: u16, process: &str) -> Listening {
     Listening {
         protocol,
@@ -164,6 +186,7 @@ fn the_mission_whitelist_guards_its_nodeport_and_leaves_the_rest_open() {
         destination: Destination::Any,
         target: "198.51.100.1:8080".into(),
         owner: None,
+        redirect: false,
     });
     let exposed = assess(
         &inventory,
@@ -230,6 +253,7 @@ fn a_published_port_that_loses_its_guard_is_named() {
         destination: Destination::Local,
         target: "192.0.2.2:80".into(),
         owner: Some("Service shop/guarded:http".into()),
+        redirect: false,
     });
     let config = Config::default();
     let (guarded, open) = (model(WHITELIST), model(""));
@@ -244,4 +268,87 @@ fn a_published_port_that_loses_its_guard_is_named() {
     let counts = counts(&after);
     assert_eq!(counts[&(Reachable::Anyone, Via::Dnat)], 5);
     assert_eq!(counts[&(Reachable::Nobody, Via::Socket)], 0);
+}
+
+#[test]
+fn with_nothing_of_ours_in_the_kernel_every_port_is_open_to_anyone() {
+    let exposed = unguarded(&inventory(), &Config::default(), &golden_host());
+    let judged_by_no_policy = assess(&inventory(), &model(""), &Config::default(), &golden_host());
+    let ports = |exposed: &[Exposed]| {
+        exposed
+            .iter()
+            .map(|port| {
+                (
+                    port.via,
+                    port.family,
+                    port.protocol,
+                    port.port,
+                    port.target.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ports(&exposed), ports(&judged_by_no_policy));
+    assert!(exposed.iter().all(|port| {
+        port.reachable_from == Reachable::Anyone
+            && port.allowed.is_empty()
+            && port.decided_by == NOTHING_APPLIED
+    }));
+    // The failsafe port too: no failsafe rule is in the kernel either.
+    assert!(
+        exposed
+            .iter()
+            .any(|port| port.port == 22 && port.decided_by == NOTHING_APPLIED)
+    );
+}
+
+#[test]
+fn a_redirect_is_judged_as_the_host_taking_the_packet() {
+    let mut inventory = inventory();
+    let (found, notes) = xtables::parse_nat(
+        "*nat\n-A PREROUTING -p tcp -m tcp --dport 30014 -j REDIRECT --to-ports 8080\nCOMMIT\n",
+        IpFamily::V4,
+    );
+    assert!(notes.is_empty(), "{notes:?}");
+    inventory.dnat.extend(found);
+    let exposed = assess(
+        &inventory,
+        &model(DENY_ALL),
+        &Config::default(),
+        &golden_host(),
+    );
+    let redirect = exposed
+        .iter()
+        .find(|port| port.port == 30014)
+        .expect("the redirected port");
+    assert_eq!(
+        (redirect.via, redirect.target.as_str(), redirect.redirect),
+        (Via::Dnat, ":8080", true)
+    );
+    // Taken by the host (INPUT), not forwarded: the deny-all's inbound default drops it.
+    assert_eq!(redirect.reachable_from, Reachable::Nobody);
+    assert_eq!(
+        redirect.decided_by,
+        "dropped at the end of tier default (its default action is Deny)"
+    );
+}
+
+#[test]
+fn port_sets_merge_intersect_and_parse_as_iptables_prints_them() {
+    let set = |text: &str| PortSet::parse_xtables(text).expect(text);
+    assert_eq!(set("32001,32002").to_string(), "32001-32002");
+    assert_eq!(set("32010:32011,80,79").to_string(), "79-80, 32010-32011");
+    assert_eq!(set(":1023").len(), 1024);
+    assert_eq!(set("1024:").len(), 64_512);
+    assert_eq!(PortSet::parse_xtables("http"), None);
+    assert_eq!(PortSet::parse_xtables("9:8"), None);
+    assert_eq!(
+        set("30000:30100").intersect(&set("30050,30200")),
+        Some(PortSet::one(30050))
+    );
+    assert_eq!(set("1:10").intersect(&set("11:20")), None);
+    assert_eq!(
+        set("5000:5002,6000").ports().collect::<Vec<_>>(),
+        [5000, 5001, 5002, 6000]
+    );
 }

@@ -3,7 +3,9 @@
 //!
 //! The walk starts at `PREROUTING` and follows `-j`/`-g` into user chains, carrying what the
 //! rules on the way require (protocol, destination port, destination address or
-//! `addrtype --dst-type LOCAL`); a DNAT rule met on the way is a published port. kube-proxy's
+//! `addrtype --dst-type LOCAL`); a DNAT or REDIRECT rule met on the way publishes the ports the
+//! path requires (`--dport`, a range `--dport 32010:32011`, `-m multiport --dports
+//! 32001,32002`), each listed apart, a REDIRECT with this host's port as target. kube-proxy's
 //! layout (`KUBE-SERVICES` → `KUBE-NODEPORTS` → `KUBE-EXT-…` → `KUBE-SVC-…` → `KUBE-SEP-…`
 //! DNAT, each rule commented `ns/svc:port`) and docker's (`DOCKER`, DNAT without a comment)
 //! both come out of the same walk. Conditions the walk does not follow (interfaces, sources,
@@ -13,7 +15,7 @@ use std::collections::BTreeMap;
 
 use ipnet::IpNet;
 
-use super::{Destination, Dnat, Transport};
+use super::{Destination, Dnat, PortSet, Sends, Transport};
 use crate::dataplane::iptables::parse::split_words;
 use crate::model::IpFamily;
 
@@ -24,7 +26,8 @@ const MAX_DEPTH: usize = 16;
 #[derive(Clone, Debug)]
 struct Path<'c> {
     protocol: Option<Transport>,
-    port: Option<u16>,
+    /// `None`: any port.
+    port: Option<PortSet>,
     destination: Destination,
     chain: &'c str,
     comment: Option<String>,
@@ -33,12 +36,14 @@ struct Path<'c> {
 /// One rule's words, as `iptables-save` prints it after `-A CHAIN`.
 struct Rule {
     protocol: Option<Transport>,
-    /// `None`: no condition; `Some(None)`: a condition the walk cannot follow (a range).
-    port: Option<Option<u16>>,
+    /// `None`: no condition; `Some(None)`: a condition the walk cannot follow.
+    port: Option<Option<PortSet>>,
     destination: Option<Destination>,
     comment: Option<String>,
     target: Option<String>,
     to_destination: Option<String>,
+    /// REDIRECT's `--to-ports`.
+    to_ports: Option<String>,
     conditions: usize,
 }
 
@@ -87,6 +92,7 @@ fn parse_rule(text: &str) -> Rule {
         comment: None,
         target: None,
         to_destination: None,
+        to_ports: None,
         conditions: 0,
     };
     let mut negated = false;
@@ -107,10 +113,15 @@ fn parse_rule(text: &str) -> Rule {
                     rule.protocol = Transport::parse(value);
                 }
             }
-            ("--dport" | "--destination-port", Some(value)) => {
+            // `--ports` (multiport: source or destination) is taken as destination ports: a
+            // packet for one of them matches.
+            (
+                "--dport" | "--destination-port" | "--dports" | "--destination-ports" | "--ports",
+                Some(value),
+            ) => {
                 rule.conditions += 1;
                 if !negated {
-                    rule.port = Some(value.parse().ok());
+                    rule.port = Some(PortSet::parse_xtables(value));
                 }
             }
             ("-d" | "--destination", Some(value)) => {
@@ -130,6 +141,7 @@ fn parse_rule(text: &str) -> Rule {
                 rule.target = Some(value.to_owned());
             }
             ("--to-destination", Some(value)) => rule.to_destination = Some(value.to_owned()),
+            ("--to-ports", Some(value)) => rule.to_ports = Some(value.to_owned()),
             ("-m" | "--match", Some("comment")) => {}
             (option, _) if option.starts_with('-') => {
                 rule.conditions += 1;
@@ -169,7 +181,11 @@ impl<'c> Walk<'c> {
                 continue;
             };
             match target {
-                Some("DNAT") => self.dnat(&next, rule),
+                Some("DNAT") => {
+                    let target = rule.to_destination.clone().unwrap_or_default();
+                    self.publish(&next, Sends::To(target));
+                }
+                Some("REDIRECT") => self.publish(&next, Sends::Redirect(rule.to_ports.clone())),
                 Some(chain) if self.chains.contains_key(chain) => {
                     self.chain(chain, &next);
                 }
@@ -179,23 +195,32 @@ impl<'c> Walk<'c> {
         self.stack.pop();
     }
 
-    fn dnat(&mut self, path: &Path<'c>, rule: &Rule) {
-        let target = rule.to_destination.clone().unwrap_or_default();
-        let (Some(protocol), Some(port)) = (path.protocol, path.port) else {
+    /// A DNAT or REDIRECT rule at the end of `path`: its ports, or a note when they are not one
+    /// protocol's few ports.
+    fn publish(&mut self, path: &Path<'c>, sends: Sends) {
+        let what = format!("in nat chain `{}`", path.chain);
+        let (Some(protocol), Some(ports)) = (path.protocol, &path.port) else {
+            let verb = match &sends {
+                Sends::To(target) => format!("a DNAT to `{target}`"),
+                Sends::Redirect(_) => "a REDIRECT to this host".to_owned(),
+            };
             self.notes.push(format!(
-                "a DNAT to `{target}` in nat chain `{}` matches no single protocol and port: not listed",
-                path.chain
+                "{verb} {what} matches no single protocol and port: not listed"
             ));
             return;
         };
-        self.found.push(Dnat {
-            family: self.family,
+        match super::publish(
+            self.family,
             protocol,
-            port,
-            destination: path.destination,
-            owner: owner(path, &target),
-            target,
-        });
+            ports,
+            path.destination,
+            &sends,
+            |target| owner(path, target),
+            &what,
+        ) {
+            Ok(found) => self.found.extend(found),
+            Err(note) => self.notes.push(note),
+        }
     }
 }
 
@@ -206,11 +231,11 @@ fn narrow<'c>(path: &Path<'c>, rule: &Rule, chain: &'c str) -> Option<Path<'c>> 
         (Some(a), Some(b)) if a != b => return None,
         (a, b) => b.or(a),
     };
-    let port = match (path.port, rule.port) {
+    let port = match (&path.port, &rule.port) {
         (_, Some(None)) => None,
-        (Some(a), Some(Some(b))) if a != b => return None,
-        (a, Some(b)) => b.or(a),
-        (a, None) => a,
+        (Some(a), Some(Some(b))) => Some(a.intersect(b)?),
+        (None, Some(b)) => b.clone(),
+        (a, None) => a.clone(),
     };
     let destination = match (path.destination, rule.destination) {
         (_, Some(Destination::Net(net))) => Destination::Net(net),
@@ -274,6 +299,46 @@ mod tests {
             notes,
             [
                 "a DNAT to `192.0.2.7` in nat chain `PREROUTING` matches no single protocol and port: not listed"
+            ]
+        );
+    }
+
+    #[test]
+    fn port_lists_ranges_and_redirects_as_iptables_save_prints_them() {
+        // As `iptables-save -t nat` prints them (iptables 1.8.9, legacy and nft alike).
+        let save = "*nat\n:PREROUTING ACCEPT [0:0]\n:PORTS - [0:0]\n\
+                    -A PREROUTING -p udp -m multiport --dports 5000:5002,6000 -j REDIRECT --to-ports 7000-7001\n\
+                    -A PREROUTING -p tcp -m tcp --dport 1000:60000 -j DNAT --to-destination 192.0.2.3\n\
+                    -A PREROUTING -p tcp -m multiport ! --dports 1,2 -j DNAT --to-destination 192.0.2.4\n\
+                    -A PREROUTING -j REDIRECT --to-ports 8080\n\
+                    -A PREROUTING -p tcp -m tcp --dport 32001:32005 -j PORTS\n\
+                    -A PORTS -p tcp -m multiport --dports 32004,32009 -j DNAT --to-destination 192.0.2.5:80\n\
+                    -A PORTS -p tcp -m multiport --ports 4000 -j REDIRECT\n\
+                    COMMIT\n";
+        let (found, notes) = parse_nat(save, IpFamily::V6);
+        assert_eq!(
+            super::super::describe(&found),
+            [
+                // The path's range and the rule's list share one port; `--ports` (either
+                // direction) shares none with the path.
+                "V6 tcp/32004 Any -> 192.0.2.5:80 (-)",
+                "V6 udp/5000 Any -> :7000-7001 (-)",
+                "V6 udp/5001 Any -> :7000-7001 (-)",
+                "V6 udp/5002 Any -> :7000-7001 (-)",
+                "V6 udp/6000 Any -> :7000-7001 (-)",
+            ]
+        );
+        assert!(
+            found
+                .iter()
+                .all(|dnat| dnat.redirect == dnat.target.starts_with(':'))
+        );
+        assert_eq!(
+            notes,
+            [
+                "a DNAT to `192.0.2.3` in nat chain `PREROUTING` publishes tcp ports 1000-60000 (59001 ports, more than 256): not listed port by port",
+                "a DNAT to `192.0.2.4` in nat chain `PREROUTING` matches no single protocol and port: not listed",
+                "a REDIRECT to this host in nat chain `PREROUTING` matches no single protocol and port: not listed",
             ]
         );
     }
