@@ -258,11 +258,12 @@ pub struct GrantArgs {
     /// Who may come in: addresses or networks, comma-separated
     #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_net, required_unless_present = "revoke")]
     pub src: Vec<ipnet::IpNet>,
-    /// To which ports, comma-separated
+    /// To which ports (1-65535), comma-separated
     #[arg(
         long,
         value_name = "PORT",
         value_delimiter = ',',
+        value_parser = clap::value_parser!(u16).range(1..),
         required_unless_present = "revoke"
     )]
     pub port: Vec<u16>,

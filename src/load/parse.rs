@@ -387,12 +387,54 @@ fn yaml_diagnostic(
 /// indent with a help line about indentation. Policy files and the config file share it.
 pub fn yaml_error(file: FileId, span: Span, error: &str) -> Diagnostic {
     let message = clean_yaml_message(error);
-    let help = help_for(&message);
+    let (message, help) = match in_words(&message) {
+        Some((message, help)) => (message, Some(help)),
+        None => {
+            let help = help_for(&message);
+            (message, help)
+        }
+    };
     let diagnostic = Diagnostic::error(file, span, short_message(&message));
     match help {
         Some(help) => diagnostic.with_help(help),
         None => diagnostic,
     }
+}
+
+/// The parser's messages that speak of its own workings, in the words of someone writing the
+/// file, with what to write instead.
+fn in_words(message: &str) -> Option<(String, String)> {
+    if message.starts_with("cannot deserialize null into ") {
+        return Some((
+            "nothing is written here, and a value is needed".to_owned(),
+            "write the value after the colon, or remove the key".to_owned(),
+        ));
+    }
+    if let Some(rest) = message.strip_prefix("non-finite float ")
+        && let Some(value) = rest.strip_suffix(" rejected by the configured policy")
+    {
+        return Some((
+            format!("{value} is not a finite number"),
+            "write a number within the range of a 64-bit float, such as `100` or `-5.5`".to_owned(),
+        ));
+    }
+    if message.starts_with("recursive references require") {
+        return Some((
+            "this alias refers to the anchor it is inside".to_owned(),
+            "write the value out instead of the `*alias`".to_owned(),
+        ));
+    }
+    if let Some(rest) = message.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return Some((
+            format!("`{key}` is written twice in this mapping"),
+            format!("keep one `{key}`: only one of them could count"),
+        ));
+    }
+    None
 }
 
 /// `unknown field `net`, expected one of nets, notNets, …` → `unknown field `net``: the fields
@@ -685,6 +727,36 @@ mod tests {
         );
         // Items inherit the list's apiVersion when they leave theirs out.
         assert!(resources.iter().all(|r| r.api_version.is_some()));
+    }
+
+    #[test]
+    fn the_parser_s_own_words_are_said_in_the_writer_s() {
+        for (text, expected) in [
+            (
+                "kind: GlobalNetworkPolicy\nmetadata:\n  name: a\n  annotations:\n    k:\n",
+                "p.yaml:5:6: error: nothing is written here, and a value is needed",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nspec:\n  order: 1e400\n",
+                "p.yaml:3:10: error: `1e400` is not a finite number",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nmetadata: &a\n  labels: *a\n",
+                "error: this alias refers to the anchor it is inside",
+            ),
+        ] {
+            let (_, errors) = parse(text);
+            assert!(
+                errors.iter().any(|error| error.contains(expected)),
+                "{expected} in {errors:?}"
+            );
+            assert!(
+                !errors.iter().any(|error| error.contains("Option<")
+                    || error.contains("configured policy")
+                    || error.contains("weak recursion")),
+                "{errors:?}"
+            );
+        }
     }
 
     #[test]
