@@ -23,6 +23,8 @@ struct LastGood {
     facts: HostFacts,
     model: Model,
     desired: Arc<State>,
+    /// The families `desired` was rendered for.
+    families: Vec<IpFamily>,
 }
 
 /// The daemon's state between events.
@@ -56,7 +58,7 @@ pub(super) struct Daemon {
 pub(super) struct Ahead {
     set: PolicySet,
     facts: HostFacts,
-    rendered: Option<Rendered>,
+    rendered: Option<(Rendered, Option<reconcile::Prefetched>)>,
     started: Instant,
     read_at: Instant,
 }
@@ -86,7 +88,8 @@ enum Outcome {
 struct Applied {
     set: PolicySet,
     facts: HostFacts,
-    compiled: compile::Compiled,
+    /// `None` when nothing was compiled: the files and the host were those last applied.
+    compiled: Option<compile::Compiled>,
     desired: Arc<State>,
     outcome: reconcile::Outcome,
     /// Whether the change undid another program's, and what noticed it.
@@ -166,7 +169,7 @@ impl Daemon {
         let facts = engine.facts();
         let read_at = Instant::now();
         let rendered = (set.is_valid() && !set.holds_no_policy())
-            .then(|| engine.render(&mut self.memory, &set.model, &facts));
+            .then(|| engine.render_ahead(&mut self.memory, &set.model, &facts));
         self.ahead = Some(Ahead {
             set,
             facts,
@@ -230,19 +233,45 @@ impl Daemon {
         if unchanged && event.may_skip_unchanged() {
             return Outcome::Unchanged;
         }
+        // A change notification with nothing committed since our own write: its echo.
+        if unchanged
+            && event == Event::Drift(super::drift::Trigger::Notification)
+            && Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
+                .kernel_unmoved(&self.memory)
+        {
+            return Outcome::Unchanged;
+        }
         if event.reads_whole_kernel() {
             self.memory.forget_view();
         }
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
-        let Reconciled {
-            compiled,
-            desired,
-            compiled_at,
-            desired_at,
-            result,
-        } = match rendered {
-            Some(rendered) => engine.reconcile_rendered(&mut self.memory, rendered),
-            None => engine.reconcile(&mut self.memory, &set.model, &facts),
+        // With the files and the host as they were, only the kernel can need a change: the
+        // rules last applied are what a compile would give again.
+        let again = self
+            .last_good
+            .as_ref()
+            .filter(|_| unchanged)
+            .map(|good| (Arc::clone(&good.desired), good.families.clone()));
+        let unpack = |reconciled: Reconciled| {
+            let Reconciled {
+                compiled,
+                desired,
+                compiled_at,
+                desired_at,
+                result,
+            } = reconciled;
+            (Some(compiled), desired, compiled_at, desired_at, result)
+        };
+        let (compiled, desired, compiled_at, desired_at, result) = match (again, rendered) {
+            (Some((desired, families)), _) => {
+                let now = Instant::now();
+                let result = engine.reconcile_again(&mut self.memory, &desired, families);
+                (None, desired, now, now, result)
+            }
+            (None, Some((rendered, prefetched))) => {
+                unpack(engine.reconcile_rendered(&mut self.memory, rendered, prefetched))
+            }
+            (None, None) => unpack(engine.reconcile(&mut self.memory, &set.model, &facts)),
         };
         let written_at = Instant::now();
         match result {
@@ -475,7 +504,7 @@ impl Daemon {
                 "no changes needed"
             );
         }
-        for warning in &compiled.warnings {
+        for warning in compiled.iter().flat_map(|compiled| &compiled.warnings) {
             tracing::debug!(warning = %warning.message, "plan note");
         }
         if changed {
@@ -488,18 +517,30 @@ impl Daemon {
         if changed && self.settings.config.revoke_established {
             self.revoke_established(&set.model, &facts);
         }
-        let index = crate::counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
-            .of_desired(&desired)
-            .of_policies(&set.sources);
-        let recorded = self.state_dir.set_applied(&index);
-        self.state_dir_result(recorded);
+        // Without a compile, the rules, their origins and the policies are those recorded.
+        let families = match &compiled {
+            Some(compiled) => {
+                let index =
+                    crate::counters::origin_index(&compiled.ruleset, self.backend, now_seconds())
+                        .of_desired(&desired)
+                        .of_policies(&set.sources);
+                let recorded = self.state_dir.set_applied(&index);
+                self.state_dir_result(recorded);
+                if let Some(log) = &self.drop_log {
+                    log.set_resolver(crate::drops::Resolver::new(
+                        &set.model,
+                        &self.settings.config,
+                    ));
+                }
+                compiled.ruleset.ip_families()
+            }
+            None => self
+                .last_good
+                .as_ref()
+                .map(|good| good.families.clone())
+                .unwrap_or_default(),
+        };
         self.summary = applied_summary(policies, self.backend, changed);
-        if let Some(log) = &self.drop_log {
-            log.set_resolver(crate::drops::Resolver::new(
-                &set.model,
-                &self.settings.config,
-            ));
-        }
         tracing::debug!(
             record_ms = ms(phases.written_at.elapsed()),
             "recorded the applied state"
@@ -517,6 +558,7 @@ impl Daemon {
             facts,
             model: set.model,
             desired,
+            families,
         });
     }
 

@@ -115,8 +115,30 @@ impl<'a> Engine<'a> {
         })
     }
 
-    /// Compiles and renders `model` through `memory`, without the kernel: the part of a
-    /// reconcile the daemon does ahead, while it waits for a burst of file events to end.
+    /// What the daemon does ahead of a reconcile, while it waits for a burst of file events
+    /// to end: compiles and renders `model` through `memory` and, on a thread meanwhile, takes
+    /// the first reading of the kernel where that can wait ([`reconcile::Prefetched`]).
+    pub fn render_ahead(
+        &self,
+        memory: &mut Memory,
+        model: &Model,
+        facts: &HostFacts,
+    ) -> (Rendered, Option<reconcile::Prefetched>) {
+        let ahead = memory
+            .view
+            .as_ref()
+            .map(|view| (self.dataplane(view.families().to_vec()), view.clone()));
+        std::thread::scope(|scope| {
+            let prefetched = ahead.as_ref().map(|(dataplane, cached)| {
+                scope.spawn(move || reconcile::Prefetched::take(dataplane, Some(cached)))
+            });
+            let rendered = self.render(memory, model, facts);
+            let prefetched = prefetched.and_then(crate::dataplane::runner::joined);
+            (rendered, prefetched)
+        })
+    }
+
+    /// Compiles and renders `model` through `memory`, without the kernel.
     pub fn render(&self, memory: &mut Memory, model: &Model, facts: &HostFacts) -> Rendered {
         let compiled =
             compile::compile_with(model, &self.settings.config, facts, &mut memory.compile);
@@ -132,10 +154,43 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Whether nf_tables has had no commit since `memory`'s view was taken (see
+    /// [`reconcile::View::is_current`]): a change notification was then the echo of our own
+    /// write.
+    pub fn kernel_unmoved(&self, memory: &Memory) -> bool {
+        memory
+            .view
+            .as_ref()
+            .is_some_and(|view| view.is_current(&self.dataplane(view.families().to_vec())))
+    }
+
+    /// Reconciles the kernel with `desired`, the state of `families` last applied, without
+    /// compiling anything: for a check that only the kernel can have made necessary (the
+    /// files and the host as they were).
+    pub fn reconcile_again(
+        &self,
+        memory: &mut Memory,
+        desired: &Arc<State>,
+        families: Vec<IpFamily>,
+    ) -> Result<(reconcile::Outcome, reconcile::Read), reconcile::ReconcileError> {
+        let dataplane = self.dataplane(families);
+        let first = reconcile::FirstRead::take(&dataplane, memory.view.as_ref());
+        reconcile::reconcile_after(&dataplane, desired, &mut memory.view, first)
+    }
+
     /// Reconciles the kernel with `rendered`, compiled and rendered ahead (see
-    /// [`Engine::reconcile`]).
-    pub fn reconcile_rendered(&self, memory: &mut Memory, rendered: Rendered) -> Reconciled {
-        self.write_rendered(memory, rendered, None)
+    /// [`Engine::reconcile`]), from the first reading `prefetched` with it when there is one.
+    pub fn reconcile_rendered(
+        &self,
+        memory: &mut Memory,
+        rendered: Rendered,
+        prefetched: Option<reconcile::Prefetched>,
+    ) -> Reconciled {
+        self.write_rendered(
+            memory,
+            rendered,
+            prefetched.map(reconcile::Prefetched::into_first),
+        )
     }
 
     fn write_rendered(
@@ -151,8 +206,10 @@ impl<'a> Engine<'a> {
             desired_at,
         } = rendered;
         let dataplane = self.dataplane(compiled.ruleset.ip_families());
-        let first =
-            first.unwrap_or_else(|| reconcile::FirstRead::take(&dataplane, memory.view.as_ref()));
+        let first = match first.filter(|first| first.is_for(&dataplane)) {
+            Some(first) => first,
+            None => reconcile::FirstRead::take(&dataplane, memory.view.as_ref()),
+        };
         let result = reconcile::reconcile_after(&dataplane, &desired, &mut memory.view, first);
         Reconciled {
             compiled,

@@ -80,6 +80,15 @@ impl View {
     pub fn families(&self) -> &[IpFamily] {
         &self.origin.families
     }
+
+    /// Whether nothing has been committed to nf_tables since the view was taken, read through
+    /// `dataplane` (of the view's families): the generation is still the view's. Only an
+    /// nf_tables generation says so without holding a lock; ipsets are outside it.
+    pub fn is_current(&self, dataplane: &Dataplane<'_>) -> bool {
+        dataplane.backend.sign() == Sign::NfGeneration
+            && self.origin == Origin::of(dataplane, dataplane.kernel.namespace_identity())
+            && dataplane.sign() == Some(self.sign)
+    }
 }
 
 /// The first reading of the kernel before a plan: the sign, what it does not cover (ipsets)
@@ -144,6 +153,15 @@ impl<'r> FirstRead<'r> {
         }
     }
 
+    /// Whether the reading was taken for `dataplane`'s families (or reads nothing of them: a
+    /// reconcile without a sign reads the kernel whole anyway). One taken ahead, for the
+    /// families of the view, is of no use to a reconcile of other families.
+    pub fn is_for(&self, dataplane: &Dataplane<'_>) -> bool {
+        self.start
+            .as_ref()
+            .is_none_or(|(origin, _)| origin.families == dataplane.families)
+    }
+
     /// Reads the kernel through `reader` (under the lock this holds): `cached`, refreshed,
     /// when the sign is still its, else whole.
     fn observe(
@@ -170,6 +188,41 @@ impl<'r> FirstRead<'r> {
                 let unmoved = reader.sign() == Some(start);
                 Observation::whole(state, unmoved.then_some((origin, start)))
             }
+        }
+    }
+}
+
+/// A [`FirstRead`] taken ahead, while the daemon waits out a burst of file events, for the
+/// reconcile at its end: only where nothing needs holding (the nf_tables generation counts
+/// every writer's commits). A commit of another program's in between moves the generation past
+/// the view's: the reconcile then reads the kernel whole, or, if it came after the reading,
+/// the view is dropped after the write and that commit's notification brings a check. Sets the
+/// sign does not cover (ipsets) are as old as the reading.
+pub struct Prefetched {
+    start: Option<(Origin, Stamp)>,
+    refreshed: Option<Result<State, DataplaneError>>,
+}
+
+impl Prefetched {
+    /// Takes the first reading of the kernel through `dataplane` with the `cached` view, when
+    /// `dataplane`'s backend needs nothing held for it.
+    pub fn take(dataplane: &Dataplane<'_>, cached: Option<&View>) -> Option<Prefetched> {
+        if dataplane.backend.sign() != Sign::NfGeneration {
+            return None;
+        }
+        let first = FirstRead::take(dataplane, cached);
+        first.locked.is_none().then_some(Prefetched {
+            start: first.start,
+            refreshed: first.refreshed,
+        })
+    }
+
+    /// The reading, for [`reconcile_after`].
+    pub fn into_first<'r>(self) -> FirstRead<'r> {
+        FirstRead {
+            locked: None,
+            start: self.start,
+            refreshed: self.refreshed,
         }
     }
 }
