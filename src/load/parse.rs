@@ -76,7 +76,8 @@ pub struct Document<'a> {
 /// Splits a YAML stream into documents at `---` and `...` marker lines. Markers are only
 /// recognised at the start of a line, where YAML itself always treats them as markers (a scalar
 /// cannot contain such a line), so this agrees with the parser. A part holding nothing but
-/// comments and directives is joined to the next part.
+/// comments and directives is joined to the next part; an empty document (`---` and nothing
+/// before the next `---`) is left out, as calicoctl and kubectl skip it.
 pub fn split_documents(text: &str) -> Vec<Document<'_>> {
     let mut documents = Vec::new();
     let mut start = 0;
@@ -84,6 +85,9 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
     // Whether the part since `start` holds content; kept line by line so a storm of markers
     // costs linear time.
     let mut content = false;
+    // Whether the part since `start` holds a start marker: then a second one ends an empty
+    // document rather than the comments and directives before one.
+    let mut marked = false;
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches(['\n', '\r']);
         let is_start = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
@@ -95,7 +99,10 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
             });
             start = offset;
             content = false;
+        } else if is_start && marked {
+            start = offset;
         }
+        marked |= is_start;
         offset += line.len();
         content |=
             is_content_line(line) || (is_start && bare.len() > 3 && is_content_line(&bare[3..]));
@@ -108,6 +115,7 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
             }
             start = offset;
             content = false;
+            marked = false;
         }
     }
     if content {
@@ -822,6 +830,28 @@ mod tests {
                 "---\nb: '---'\n  ---\n...\n",
                 "%YAML 1.2\n--- \nc: 3\n"
             ]
+        );
+    }
+
+    #[test]
+    fn empty_documents_are_left_out() {
+        let documents = |text: &'static str| -> Vec<&'static str> {
+            split_documents(text).iter().map(|d| d.text).collect()
+        };
+        assert_eq!(documents("---\n---\na: 1\n"), ["---\na: 1\n"]);
+        assert_eq!(
+            documents("a: 1\n---\n\n# nothing\n---\nb: 2\n---\n"),
+            ["a: 1\n", "---\nb: 2\n"]
+        );
+        assert_eq!(documents("%YAML 1.2\n---\n---\nc: 3\n"), ["---\nc: 3\n"]);
+        // Parsed as well, each document's positions in the file's terms.
+        let (resources, errors) = parse(
+            "---\n---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: s\n---\n---\nkind: Nope\n",
+        );
+        assert_eq!(resources.len(), 1, "{errors:?}");
+        assert!(
+            errors.len() == 1 && errors[0].starts_with("p.yaml:9:7: error:"),
+            "{errors:?}"
         );
     }
 
