@@ -252,6 +252,57 @@ fn dual_stack_whitelist_is_enforced_for_ipv6_and_ipv4(backend: Backend) {
 }
 backend_tests!(dual_stack_whitelist_is_enforced_for_ipv6_and_ipv4);
 
+/// A normal (filter) ingress policy on the host lets only one IPv6 client in; everything else
+/// meets the tier's default deny, whatever the protocol. IPv6 neighbour discovery still passes
+/// (as a failsafe), so with both neighbour caches empty the listed client reaches the host
+/// service and an unlisted one is dropped. Without it the node's neighbour solicitations would
+/// meet the default deny, and no IPv6 peer could reach anything, failsafe ports included.
+const ONLY_ONE_V6_CLIENT: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: v6-only-listed
+spec:
+  selector: all()
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      source:
+        nets: ["2001:db8:1::10/128"]
+"#;
+
+fn ipv6_neighbour_discovery_survives_a_default_deny(backend: Backend) {
+    let lab = Lab::new(backend);
+    // The host service is a failsafe port here: an unlisted client may use it, but its
+    // neighbour solicitations carry its own address, which the policy does not list.
+    let guard = Guard::with_config(
+        &lab,
+        &format!(
+            "failsafeInbound: [{{protocol: tcp, port: {}}}]\n",
+            ports::HOST_SERVICE
+        ),
+    );
+    guard.write_policy("v6.yaml", ONLY_ONE_V6_CLIENT);
+    guard.apply();
+    for ns in [lab.node(), lab.client()] {
+        ns.exec_ok("ip", &["-6", "neigh", "flush", "all"]);
+    }
+    let service6 = sa(addr::NODE_V6, ports::HOST_SERVICE);
+    check_reachability(
+        &lab,
+        "a failsafe port over IPv6 under a default deny",
+        &[
+            open(addr::CLIENT_V6[1], service6, replies::HOST_SERVICE),
+            open(addr::CLIENT_V6[0], service6, replies::HOST_SERVICE),
+            dropped(
+                addr::CLIENT_V6[1],
+                sa(addr::NODE_V6, ports::NODEPORT_TARGET),
+            ),
+        ],
+    );
+}
+backend_tests!(ipv6_neighbour_discovery_survives_a_default_deny);
+
 /// A whitelist in front of the docker-like published port 8000 (DNAT to the
 /// container's port 80, forwarded through the node).
 const PUBLISHED_PORT_WHITELIST: &str = r#"

@@ -164,6 +164,7 @@ impl Compiler<'_> {
             ),
         };
         let mut rules = failsafe_rules(family, own, Side::Destination, net_side, &accept);
+        rules.extend(neighbour_discovery(family, &accept));
         // Untracked traffic has no conntrack to let replies back: in raw, the replies of the
         // other direction's failsafe connections (matched on their source port) pass too.
         if path.table() == Table::Raw {
@@ -181,6 +182,41 @@ impl Compiler<'_> {
         });
         name.to_owned()
     }
+}
+
+/// The ICMPv6 types of neighbour discovery (RFC 4861): router solicitation and advertisement,
+/// neighbour solicitation and advertisement. Without them an IPv6 peer cannot find the host's
+/// link-layer address, so no failsafe port (nor anything else) would answer it over IPv6.
+pub const NEIGHBOUR_DISCOVERY: [u8; 4] = [133, 134, 135, 136];
+
+/// IPv6 only: neighbour discovery in both directions, as if a failsafe port, so that no policy
+/// cuts the host off from its IPv6 neighbours (Calico leaves that to the policies; a whitelist
+/// that denies everything else would otherwise make the host unreachable over IPv6).
+fn neighbour_discovery(family: IpFamily, accept: &Action) -> Vec<Rule> {
+    if family != IpFamily::V6 {
+        return Vec::new();
+    }
+    NEIGHBOUR_DISCOVERY
+        .iter()
+        .map(|&icmp_type| {
+            Rule::new(
+                vec![
+                    Match::Protocol {
+                        number: crate::model::Protocol::Icmpv6.number(),
+                        negated: false,
+                    },
+                    Match::Icmp {
+                        family,
+                        icmp_type,
+                        code: None,
+                        negated: false,
+                    },
+                ],
+                accept.clone(),
+            )
+            .comment("IPv6 neighbour discovery")
+        })
+        .collect()
 }
 
 /// What failsafe ports share a rule by: their protocol and peer net.

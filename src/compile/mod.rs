@@ -56,6 +56,7 @@ use binding::{Binding, Path, bind, default_deny_warnings, policy_warnings};
 use sets::SetRegistry;
 
 pub use binding::{HOSTNAME_LABEL, endpoints_of_host};
+pub use endpoints::NEIGHBOUR_DISCOVERY;
 pub use memo::{Memo, Reuse};
 pub use policy::POLICIES_PER_CHAIN;
 

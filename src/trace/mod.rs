@@ -483,19 +483,11 @@ impl Tracer<'_> {
             return ChainEnd::Dropped;
         }
         if !matches!(path, Path::ForwardIn | Path::ForwardOut)
-            && let Some(failsafe) = self.failsafe(path).cloned()
+            && let Some(words) = self.failsafe_words(path)
         {
             let accept = self.marks.accept;
             self.bits |= accept;
-            let mut step = Step::new(
-                "failsafe",
-                1,
-                format!(
-                    "failsafe port {}/{}: allowed before any policy",
-                    failsafe.protocol.to_string().to_lowercase(),
-                    failsafe.port
-                ),
-            );
+            let mut step = Step::new("failsafe", 1, format!("{words}: allowed before any policy"));
             step.marks.push(format!("accept={accept:#x}"));
             steps.push(chain_step(step, chain));
             self.decide(Outcome::Allowed, at, "allowed: a failsafe port", None);
@@ -544,6 +536,24 @@ impl Tracer<'_> {
         step.chain = Some(chain.to_owned());
         steps.push(step);
         ChainEnd::Returned
+    }
+
+    /// What makes the packet a failsafe on `path`, in words: the failsafe port it uses, or
+    /// IPv6 neighbour discovery.
+    fn failsafe_words(&self, path: Path) -> Option<String> {
+        if let Some(failsafe) = self.failsafe(path) {
+            return Some(format!(
+                "failsafe port {}/{}",
+                failsafe.protocol.to_string().to_lowercase(),
+                failsafe.port
+            ));
+        }
+        let packet = self.packet;
+        (packet.protocol == crate::model::Protocol::Icmpv6.number())
+            .then_some(packet.icmp_type)
+            .flatten()
+            .filter(|kind| crate::compile::NEIGHBOUR_DISCOVERY.contains(kind))
+            .map(|kind| format!("IPv6 neighbour discovery (ICMPv6 type {kind})"))
     }
 
     /// The failsafe port the packet uses on `path`, if any.

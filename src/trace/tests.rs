@@ -159,6 +159,39 @@ fn ports_the_policy_does_not_name_are_not_ours_to_decide() {
 }
 
 #[test]
+fn ipv6_neighbour_discovery_comes_before_any_policy() {
+    let deny_all = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: deny-all}\nspec:\n  preDNAT: true\n  applyOnForward: true\n  selector: all()\n  ingress:\n    - action: Deny\n";
+    let icmpv6 = |icmp_type| Packet {
+        src: ip("fe80::2"),
+        dst: ip("ff02::1:ff00:1"),
+        protocol: 58,
+        sport: None,
+        dport: None,
+        icmp_type: Some(icmp_type),
+        ..tcp("192.0.2.50", 0)
+    };
+    let solicitation = run(deny_all, &icmpv6(135));
+    assert_eq!(solicitation.verdict.outcome, Outcome::Allowed);
+    let steps: Vec<&str> = solicitation
+        .stages
+        .iter()
+        .flat_map(|stage| &stage.steps)
+        .map(|step| step.text.as_str())
+        .collect();
+    assert!(
+        steps
+            .iter()
+            .any(|text| text.contains("IPv6 neighbour discovery (ICMPv6 type 135)")),
+        "{steps:?}"
+    );
+    // An echo request is no neighbour discovery.
+    assert_eq!(
+        run(deny_all, &icmpv6(128)).verdict.outcome,
+        Outcome::Dropped
+    );
+}
+
+#[test]
 fn failsafe_ports_come_before_any_policy() {
     let traced = run(WHITELIST, &tcp("192.0.2.50", 22));
     assert_eq!(traced.verdict.outcome, Outcome::Allowed);
