@@ -426,6 +426,13 @@ fn in_words(message: &str) -> Option<(String, String)> {
             "write a number within the range of a 64-bit float, such as `100` or `-5.5`".to_owned(),
         ));
     }
+    if message == "recursion limit exceeded" {
+        return Some((
+            "the YAML nests too deep here".to_owned(),
+            "policy files nest about ten levels deep; look for brackets that are never closed"
+                .to_owned(),
+        ));
+    }
     if message.starts_with("recursive references require") {
         return Some((
             "this alias refers to the anchor it is inside".to_owned(),

@@ -228,7 +228,9 @@ impl Read<'_> {
             }
             Err(message) => {
                 let id = loaded.sources.add(SourceFile::new(path, String::new()));
-                loaded.diagnostics.push(Diagnostic::file_error(id, message));
+                loaded.diagnostics.push(Diagnostic::file_error(id, message).with_help(
+                    "make it a readable file (a symbolic link must lead to one), or move it out of the policy directory",
+                ));
             }
         }
     }
