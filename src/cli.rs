@@ -327,10 +327,10 @@ pub struct TraceArgs {
     pub icmp_code: Option<u8>,
     /// The interface of the host endpoint: the packet arrives on it (inbound, forward) or
     /// leaves by it (outbound) [default: one without a host endpoint of its own]
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = parse_interface)]
     pub iface: Option<String>,
     /// Forwarded packets: the interface they leave by
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = parse_interface)]
     pub out_iface: Option<String>,
     /// How the packet travels
     #[arg(long, value_enum, default_value_t = TraceDirection::Inbound)]
@@ -398,6 +398,25 @@ fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("`{text}` is not an address or a CIDR"))
+}
+
+/// A Linux interface name: 1 to 15 bytes, no `/`, whitespace, `:` or control character (what
+/// the kernel accepts, `dev_valid_name`, less the `:` of alias labels).
+fn parse_interface(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 15
+        && text != "."
+        && text != ".."
+        && !text
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not an interface name: 1 to 15 characters, without `/`, `:` or spaces"
+        ))
+    }
 }
 
 /// What `generate` writes.
