@@ -10,9 +10,9 @@
 //!   digest of the tables we have rules in every [`POLL_EVERY`] ([`xtables::digest_of`]: one copy of
 //!   each table out of the kernel, no lock taken) and sends [`Event::Drift`] when it moved.
 //! - ipsets (both iptables backends), which neither watch sees: a thread reads how many
-//!   members each of our sets holds every [`POLL_EVERY`] (`ipset list -t`, the headers only)
-//!   and sends [`Event::Drift`] when that differs from what was applied. A member swapped for
-//!   another is only seen at the resync.
+//!   members each of our sets holds every [`POLL_EVERY`] (one netlink dump of the sets'
+//!   headers, [`ipset_sizes`]) and sends [`Event::Drift`] when that differs from what was
+//!   applied. A member swapped for another is only seen at the resync.
 //!
 //! The loop waits [`SETTLE`] after the first notice (a flush is hundreds of notifications),
 //! then reconciles the way a resync does, but against its cached view when the kernel's sign
@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use super::Event;
 use super::metrics::Metrics;
 use crate::dataplane::nfnotify::{self, FAMILY_IPV4, FAMILY_IPV6, Interest, Received};
-use crate::dataplane::{Backend, Host, Sign, xtables};
+use crate::dataplane::{Backend, Sign, ipset_sizes, xtables};
 use crate::model::IpFamily;
 use crate::state::State;
 
@@ -114,18 +114,14 @@ pub struct Watch {
 
 impl Watch {
     /// Starts the thread that watches `backend`'s rules and sends [`Event::Drift`] on `events`,
-    /// and for ipsets the thread that polls their sizes through `runner`. Without a watch (no
-    /// netlink subscription, say) the resync timer is the only check.
-    pub fn start(
-        backend: &'static dyn Backend,
-        runner: Arc<dyn Host>,
-        events: UnboundedSender<Event>,
-    ) -> Watch {
+    /// and for ipsets the thread that polls their sizes. Without a watch (no netlink
+    /// subscription, say) the resync timer is the only check.
+    pub fn start(backend: &'static dyn Backend, events: UnboundedSender<Event>) -> Watch {
         let interest = SharedInterest::default();
         let baseline = Baseline::default();
         let set_sizes = SetSizes::default();
         if backend.name() != "nftables" {
-            start_set_poll(runner, set_sizes.clone(), events.clone());
+            start_set_poll(set_sizes.clone(), events.clone());
         }
         let started = match backend.sign() {
             Sign::NfGeneration => start_notifications(interest.clone(), events),
@@ -317,7 +313,7 @@ fn start_poll(
 /// The set poll: the size of each of our ipsets every [`POLL_EVERY`], against what was last
 /// applied. A difference is reported once (a set that stays different after the check, whatever
 /// the reason, costs one check, not one every poll).
-fn start_set_poll(runner: Arc<dyn Host>, expected: SetSizes, events: UnboundedSender<Event>) {
+fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
     let spawned = std::thread::Builder::new()
         .name("ipset-poll".into())
         .spawn(move || {
@@ -327,9 +323,10 @@ fn start_set_poll(runner: Arc<dyn Host>, expected: SetSizes, events: UnboundedSe
                 let Some(expected) = expected.lock().ok().and_then(|sizes| sizes.clone()) else {
                     continue;
                 };
-                let Ok(now) = crate::dataplane::iptables::set_sizes(runner.as_ref()) else {
+                let Ok(mut now) = ipset_sizes::set_sizes() else {
                     continue;
                 };
+                now.retain(|name, _| name.starts_with(crate::ruleset::SET_PREFIX));
                 if now == expected {
                     reported = None;
                     continue;

@@ -152,7 +152,7 @@ async fn run_loop(
     let mut watcher = watch::DirectoryWatcher::start(&settings.config.policies_dir, sender.clone())
         .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
-    let mut drift_watch = drift::Watch::start(backend, runner.clone(), sender.clone());
+    let mut drift_watch = drift::Watch::start(backend, sender.clone());
     if let Some(address) = settings.config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
             .await

@@ -13,6 +13,7 @@ pub mod conntrack;
 pub mod detect;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod ipset_sizes;
 pub mod iptables;
 pub mod kernel;
 pub mod namespace;

@@ -544,15 +544,6 @@ fn by_family(plan: &Plan) -> Vec<(IpFamily, Vec<&TablePlan>)> {
     groups
 }
 
-/// How many members each of our ipsets holds now (`ipset list -t`: the headers, not the
-/// members), for the drift watch.
-pub fn set_sizes(
-    runner: &dyn super::Runner,
-) -> Result<std::collections::BTreeMap<String, usize>, DataplaneError> {
-    let listed = run_checked(runner, "ipset", &["list", "-t"], None)?;
-    Ok(parse::parse_ipset_terse(&listed.stdout))
-}
-
 /// Whether another process holds the xtables lock at `path` now. The file is never created; a
 /// missing one means nobody holds the lock. Taking the lock for the test releases it at once.
 pub fn xtables_lock_busy(path: &std::path::Path) -> bool {

@@ -1,0 +1,257 @@
+//! How many members each ipset holds, read with one netlink dump of the sets' headers: the
+//! request `ipset list -t` sends (`IPSET_CMD_LIST` with `IPSET_FLAG_LIST_HEADER`), made
+//! in-process. The drift watch polls it: a foreign `ipset flush`, `add` or `del` changes a
+//! count, and no program is started, nor any member copied out of the kernel, to see it.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+
+/// `NFNL_SUBSYS_IPSET`.
+const NFNL_SUBSYS_IPSET: u16 = 6;
+/// `IPSET_CMD_LIST`.
+const IPSET_CMD_LIST: u16 = 7;
+/// `IPSET_PROTOCOL`: the version of the ipset netlink protocol spoken (7 since Linux 3.x).
+const IPSET_PROTOCOL: u8 = 7;
+/// `IPSET_ATTR_PROTOCOL`.
+const ATTR_PROTOCOL: u16 = 1;
+/// `IPSET_ATTR_SETNAME`.
+const ATTR_SETNAME: u16 = 2;
+/// `IPSET_ATTR_FLAGS`.
+const ATTR_FLAGS: u16 = 6;
+/// `IPSET_ATTR_DATA`: the nested header of a set.
+const ATTR_DATA: u16 = 7;
+/// `IPSET_ATTR_ELEMENTS`, inside the data: the number of members (a big-endian u32).
+const ATTR_ELEMENTS: u16 = 24;
+/// `IPSET_FLAG_LIST_HEADER`: the headers only, no members.
+const FLAG_LIST_HEADER: u32 = 1 << 2;
+/// `NLA_F_NET_BYTEORDER`.
+const NLA_F_NET_BYTEORDER: u16 = 1 << 14;
+/// `NLMSG_ERROR` and `NLMSG_DONE`.
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+/// `NLM_F_REQUEST | NLM_F_DUMP`.
+const DUMP_REQUEST: u16 = 0x1 | 0x300;
+/// Bytes of `struct nlmsghdr` and of `struct nfgenmsg`.
+const HEADER: usize = 16;
+const NFGENMSG: usize = 4;
+/// `AF_INET`: the ipset subsystem ignores the family of a list request but wants one.
+const AF_INET: u8 = 2;
+
+/// The number of members of every ipset of this network namespace, by name.
+pub fn set_sizes() -> io::Result<BTreeMap<String, usize>> {
+    let mut socket = Socket::new(NETLINK_NETFILTER)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    socket.send(&request(1), 0)?;
+    let mut sizes = BTreeMap::new();
+    let mut buffer = Vec::with_capacity(64 * 1024);
+    loop {
+        buffer.clear();
+        socket.recv(&mut buffer, 0)?;
+        if buffer.is_empty() {
+            return Err(invalid("the kernel closed the dump"));
+        }
+        if parse_part(&buffer, &mut sizes)? {
+            return Ok(sizes);
+        }
+    }
+}
+
+/// The dump request with sequence number `seq`.
+fn request(seq: u32) -> Vec<u8> {
+    let mut attributes = Vec::new();
+    // IPSET_ATTR_PROTOCOL: u8, padded to four bytes.
+    attributes.extend_from_slice(&5u16.to_ne_bytes());
+    attributes.extend_from_slice(&ATTR_PROTOCOL.to_ne_bytes());
+    attributes.extend_from_slice(&[IPSET_PROTOCOL, 0, 0, 0]);
+    // IPSET_ATTR_FLAGS: big-endian u32.
+    attributes.extend_from_slice(&8u16.to_ne_bytes());
+    attributes.extend_from_slice(&(ATTR_FLAGS | NLA_F_NET_BYTEORDER).to_ne_bytes());
+    attributes.extend_from_slice(&FLAG_LIST_HEADER.to_be_bytes());
+    let length = HEADER + NFGENMSG + attributes.len();
+    let mut bytes = Vec::with_capacity(length);
+    bytes.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_ne_bytes());
+    bytes.extend_from_slice(&(NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST).to_ne_bytes());
+    bytes.extend_from_slice(&DUMP_REQUEST.to_ne_bytes());
+    bytes.extend_from_slice(&seq.to_ne_bytes());
+    bytes.extend_from_slice(&0u32.to_ne_bytes());
+    bytes.extend_from_slice(&[AF_INET, 0, 0, 0]);
+    bytes.extend_from_slice(&attributes);
+    bytes
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("IPSET_CMD_LIST: {what}"),
+    )
+}
+
+/// The attributes of `bytes` (type without flags, value), in order.
+fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let length = usize::from(u16_at(bytes, at)?);
+        let kind = u16_at(bytes, at + 2)? & 0x3fff;
+        let value = bytes.get(at + 4..at + length.max(4))?;
+        at += (length.max(4) + 3) & !3;
+        Some((kind, value))
+    })
+}
+
+/// Adds the sets of one datagram of the dump to `sizes`; says whether the dump is done.
+fn parse_part(bytes: &[u8], sizes: &mut BTreeMap<String, usize>) -> io::Result<bool> {
+    let mut at = 0;
+    while let (Some(length), Some(kind)) = (u32_at(bytes, at), u16_at(bytes, at + 4)) {
+        let length = length as usize;
+        let message = bytes
+            .get(at..at + length)
+            .filter(|_| length >= HEADER)
+            .ok_or_else(|| invalid("short message"))?;
+        match kind {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let code = message
+                    .get(HEADER..HEADER + 4)
+                    .and_then(|code| code.try_into().ok())
+                    .map(i32::from_ne_bytes)
+                    .ok_or_else(|| invalid("short error"))?;
+                return match code {
+                    0 => Ok(true),
+                    code => Err(io::Error::from_raw_os_error(-code)),
+                };
+            }
+            _ if kind == NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST => {
+                let body = message.get(HEADER + NFGENMSG..).unwrap_or_default();
+                let mut name = None;
+                let mut elements = None;
+                for (attribute, value) in attributes(body) {
+                    match attribute {
+                        ATTR_SETNAME => {
+                            let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+                            name = Some(String::from_utf8_lossy(&value[..end]).into_owned());
+                        }
+                        ATTR_DATA => {
+                            elements = attributes(value)
+                                .find(|(inner, _)| *inner == ATTR_ELEMENTS)
+                                .and_then(|(_, count)| count.get(..4)?.try_into().ok())
+                                .map(u32::from_be_bytes);
+                        }
+                        _ => {}
+                    }
+                }
+                if let (Some(name), Some(elements)) = (name, elements) {
+                    sizes.insert(name, elements as usize);
+                }
+            }
+            _ => {}
+        }
+        at += (length + 3) & !3;
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One set's header as the kernel sends it (Linux 6.18, read with strace from `ipset list
+    /// -t`): protocol, name, type, family, revision, index, then the nested data with the hash
+    /// size, maxelem, bucket size, initval, references, memory size and the member count.
+    fn header(name: &str, elements: u32) -> Vec<u8> {
+        let mut attrs = Vec::new();
+        let mut push = |kind: u16, value: &[u8]| {
+            let length = 4 + value.len();
+            attrs.extend_from_slice(&u16::try_from(length).unwrap().to_ne_bytes());
+            attrs.extend_from_slice(&kind.to_ne_bytes());
+            attrs.extend_from_slice(value);
+            attrs.resize((attrs.len() + 3) & !3, 0);
+        };
+        push(ATTR_PROTOCOL, &[7]);
+        push(ATTR_SETNAME, format!("{name}\0").as_bytes());
+        push(3, b"hash:net\0");
+        push(5, &[2]);
+        push(4, &[7]);
+        push(0xb | NLA_F_NET_BYTEORDER, &[0, 0]);
+        let mut data = Vec::new();
+        for (kind, value) in [
+            (0x12, 1024u32),
+            (0x13, 65536),
+            (0x11, 0x77a7_a543),
+            (0x19, 0),
+            (0x1a, 504),
+            (ATTR_ELEMENTS, elements),
+        ] {
+            data.extend_from_slice(&8u16.to_ne_bytes());
+            data.extend_from_slice(&(kind | NLA_F_NET_BYTEORDER).to_ne_bytes());
+            data.extend_from_slice(&value.to_be_bytes());
+        }
+        push(ATTR_DATA | (1 << 15), &data);
+        message(NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST, &attrs)
+    }
+
+    fn message(kind: u16, body: &[u8]) -> Vec<u8> {
+        let length = HEADER + NFGENMSG + body.len();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&u32::try_from(length).unwrap().to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&2u16.to_ne_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        bytes.extend_from_slice(&[AF_INET, 0, 0, 0]);
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    #[test]
+    fn the_request_is_what_ipset_list_terse_sends() {
+        let bytes = request(9);
+        assert_eq!(bytes.len(), 36);
+        assert_eq!(u16_at(&bytes, 4), Some(6 << 8 | 7));
+        assert_eq!(u16_at(&bytes, 6), Some(0x301));
+        assert_eq!(&bytes[20..28], &[5, 0, 1, 0, 7, 0, 0, 0]);
+        assert_eq!(&bytes[28..36], &[8, 0, 6, 0x40, 0, 0, 0, 4]);
+    }
+
+    #[test]
+    fn each_set_s_member_count_is_read_until_the_dump_ends() {
+        let mut sizes = BTreeMap::new();
+        let mut part = header("npg4-a", 40);
+        part.extend(header("KUBE-NODE-PORT-TCP", 3));
+        assert!(!parse_part(&part, &mut sizes).expect("parsed"));
+        let done = message(NLMSG_DONE, &[]);
+        assert!(parse_part(&done, &mut sizes).expect("parsed"));
+        assert_eq!(
+            sizes.into_iter().collect::<Vec<_>>(),
+            [
+                ("KUBE-NODE-PORT-TCP".to_owned(), 3),
+                ("npg4-a".to_owned(), 40)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_error_from_the_kernel_is_an_error() {
+        let mut body = (-1i32).to_ne_bytes().to_vec();
+        body.extend_from_slice(&[0; 16]);
+        let mut error = message(NLMSG_ERROR, &[]);
+        error.truncate(HEADER);
+        error.extend_from_slice(&body);
+        let length = u32::try_from(error.len()).unwrap();
+        error[..4].copy_from_slice(&length.to_ne_bytes());
+        let mut sizes = BTreeMap::new();
+        assert_eq!(
+            parse_part(&error, &mut sizes).unwrap_err().raw_os_error(),
+            Some(1)
+        );
+    }
+}
