@@ -114,22 +114,10 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
         "notification"
     };
     for round in 0..3 {
-        let mark = daemon.mark();
-        foreign_flush(&lab);
-        let flushed = jiff::Timestamp::now();
-        let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(5));
-        let repaired_at: jiff::Timestamp = line
-            .split_whitespace()
-            .next()
-            .and_then(|stamp| stamp.parse().ok())
-            .unwrap_or_else(|| panic!("no time stamp in {line}"));
-        let elapsed = repaired_at.duration_since(flushed);
-        eprintln!("{backend}: flush repaired after {elapsed:?}");
-        assert!(
-            elapsed <= jiff::SignedDuration::try_from(REPAIR_WITHIN).expect("small"),
-            "{backend} round {round}: repaired only after {elapsed:?}\n--- daemon log ---\n{}",
-            daemon.log_since(mark)
-        );
+        let line =
+            repaired_within_a_second(&daemon, &format!("{backend} round {round}: flush"), || {
+                foreign_flush(&lab)
+            });
         assert!(line.contains(trigger), "{line}");
         assert_eq!(
             guard.our_rules_and_members(),
@@ -149,6 +137,30 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
 }
 backend_tests!(a_foreign_flush_is_repaired_within_a_second);
 
+/// Runs `change` and waits for the daemon's `drift repaired` line: written within a second of
+/// the moment `change` returned (the time stamp of the line, written after the write was read
+/// back and checked). Returns the line.
+#[track_caller]
+fn repaired_within_a_second(daemon: &Daemon, what: &str, change: impl FnOnce()) -> String {
+    let mark = daemon.mark();
+    change();
+    let changed = jiff::Timestamp::now();
+    let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(5));
+    let repaired_at: jiff::Timestamp = line
+        .split_whitespace()
+        .next()
+        .and_then(|stamp| stamp.parse().ok())
+        .unwrap_or_else(|| panic!("no time stamp in {line}"));
+    let elapsed = repaired_at.duration_since(changed);
+    eprintln!("{what}: repaired after {elapsed:?}");
+    assert!(
+        elapsed <= jiff::SignedDuration::try_from(REPAIR_WITHIN).expect("small"),
+        "{what}: repaired only after {elapsed:?}\n--- daemon log ---\n{}",
+        daemon.log_since(mark)
+    );
+    line
+}
+
 /// The other ways another program changes what the daemon owns, each repaired within a second
 /// with the default `resyncInterval`: a rule put in front of our jump at the top of mangle
 /// `PREROUTING` (iptables; nftables' base chain is ours alone), and one of our sets emptied
@@ -167,30 +179,17 @@ fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
         &[inserted, flushed]
     };
     for &what in changes {
-        let mark = daemon.mark();
-        if what == inserted {
-            iptables(
-                &lab,
-                Family::V4,
-                "-t mangle -I PREROUTING 1 -p tcp --dport 30008 -j ACCEPT",
-            );
-        } else {
-            flush_a_set_of_ours(&lab);
-        }
-        let changed = jiff::Timestamp::now();
-        let line = daemon.expect_log(mark, "drift repaired", Duration::from_secs(5));
-        let repaired_at: jiff::Timestamp = line
-            .split_whitespace()
-            .next()
-            .and_then(|stamp| stamp.parse().ok())
-            .unwrap_or_else(|| panic!("no time stamp in {line}"));
-        let elapsed = repaired_at.duration_since(changed);
-        eprintln!("{backend}: {what}: repaired after {elapsed:?}");
-        assert!(
-            elapsed <= jiff::SignedDuration::try_from(REPAIR_WITHIN).expect("small"),
-            "{backend}, {what}: repaired only after {elapsed:?}\n--- daemon log ---\n{}",
-            daemon.log_since(mark)
-        );
+        repaired_within_a_second(&daemon, &format!("{backend}: {what}"), || {
+            if what == inserted {
+                iptables(
+                    &lab,
+                    Family::V4,
+                    "-t mangle -I PREROUTING 1 -p tcp --dport 30008 -j ACCEPT",
+                );
+            } else {
+                flush_a_set_of_ours(&lab);
+            }
+        });
         assert_eq!(guard.our_rules_and_members(), applied, "{backend}, {what}");
         if backend != Backend::Nftables {
             let listed = lab.iptables_ok(Family::V4, &["-t", "mangle", "-S", "PREROUTING"]);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
+use super::netlink_bytes::{HEADER, NFGENMSG, u16_at, u32_at};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
 /// `NFNL_SUBSYS_IPSET`.
@@ -33,9 +34,6 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 /// `NLM_F_REQUEST | NLM_F_DUMP`.
 const DUMP_REQUEST: u16 = 0x1 | 0x300;
-/// Bytes of `struct nlmsghdr` and of `struct nfgenmsg`.
-const HEADER: usize = 16;
-const NFGENMSG: usize = 4;
 /// `AF_INET`: the ipset subsystem ignores the family of a list request but wants one.
 const AF_INET: u8 = 2;
 
@@ -80,14 +78,6 @@ fn request(seq: u32) -> Vec<u8> {
     bytes.extend_from_slice(&[AF_INET, 0, 0, 0]);
     bytes.extend_from_slice(&attributes);
     bytes
-}
-
-fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
 }
 
 fn invalid(what: &str) -> io::Error {

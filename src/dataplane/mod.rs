@@ -18,6 +18,7 @@ pub mod iptables;
 pub mod kernel;
 pub mod namespace;
 pub mod nat;
+mod netlink_bytes;
 pub mod nfgen;
 pub mod nfnotify;
 pub mod nftables;

@@ -6,6 +6,7 @@
 
 use std::io;
 
+use super::netlink_bytes::{HEADER, NFGENMSG, u16_at, u32_at};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
 /// `NFNL_SUBSYS_NFTABLES`, the nfnetlink subsystem of nf_tables.
@@ -20,10 +21,6 @@ const NFTA_GEN_ID: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
 /// `NLM_F_REQUEST`.
 const NLM_F_REQUEST: u16 = 1;
-/// Bytes of `struct nlmsghdr`.
-const HEADER: usize = 16;
-/// Bytes of `struct nfgenmsg`.
-const NFGENMSG: usize = 4;
 
 /// The current nf_tables generation of this network namespace.
 pub fn generation() -> io::Result<u32> {
@@ -48,14 +45,6 @@ fn request(seq: u32) -> Vec<u8> {
     // nfgenmsg: AF_UNSPEC, NFNETLINK_V0, res_id 0.
     bytes.extend_from_slice(&[0, 0, 0, 0]);
     bytes
-}
-
-fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
 }
 
 fn invalid(what: &str) -> io::Error {

@@ -9,6 +9,7 @@
 
 use std::io;
 
+use super::netlink_bytes::{HEADER, NFGENMSG, u16_at, u32_at};
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
 /// `NFNLGRP_NFTABLES`.
@@ -17,10 +18,6 @@ const NFNLGRP_NFTABLES: u32 = 7;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// `NLMSG_DONE`, `NLMSG_ERROR` and the other control messages are below this.
 const NLMSG_MIN_TYPE: u16 = 0x10;
-/// Bytes of `struct nlmsghdr`.
-const HEADER: usize = 16;
-/// Bytes of `struct nfgenmsg`.
-const NFGENMSG: usize = 4;
 /// How much the kernel may queue for us before it drops notifications (`ENOBUFS`): a flush of
 /// thousands of rules is one notification per rule.
 const RECEIVE_BUFFER: usize = 4 << 20;
@@ -165,14 +162,6 @@ impl Subscription {
             }
         }
     }
-}
-
-fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// The nf_tables changes in one datagram (several netlink messages, each 4-byte aligned);
