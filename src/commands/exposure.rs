@@ -10,9 +10,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use crate::dataplane::{Dataplane, Host};
+use crate::dataplane::Host;
 use crate::exposure::{self, Exposed, Reachable, Via};
-use crate::model::{IpFamily, Model};
+use crate::model::Model;
 use crate::policy_set;
 use crate::settings::Settings;
 use crate::system::host::host_facts;
@@ -76,16 +76,13 @@ impl Basis {
 /// Whether the kernel holds anything of ours, read with the backend the settings choose (with
 /// `auto`, the one our chains are in).
 fn kernel_holds_ours(settings: &Settings, runner: &dyn Host) -> Result<bool> {
-    let backend = settings.backend.resolve(runner);
-    let dataplane = Dataplane::new(
-        backend,
-        runner,
-        IpFamily::BOTH.to_vec(),
-        &settings.state_dir,
-    );
-    let observed = dataplane
-        .observe()
-        .with_context(|| format!("cannot read what the kernel holds of ours ({backend})"))?;
+    let engine = crate::engine::Engine::new(settings, runner);
+    let observed = engine.observe().with_context(|| {
+        format!(
+            "cannot read what the kernel holds of ours ({})",
+            engine.backend()
+        )
+    })?;
     Ok(!observed.is_empty())
 }
 

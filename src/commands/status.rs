@@ -10,9 +10,9 @@ use serde_json::json;
 
 use super::output::plural;
 use crate::counters::{self, Presence, RuleCounter};
-use crate::dataplane::{Backend, Dataplane, Host};
+use crate::dataplane::{Backend, Host};
 use crate::engine::{self, Compiling};
-use crate::model::{DEFAULT_TIER, IpFamily};
+use crate::model::DEFAULT_TIER;
 use crate::plan::{self, Plan};
 use crate::settings::Settings;
 use crate::state::State;
@@ -52,14 +52,9 @@ pub(super) struct Report {
 /// sync, 1 when that cannot be told (the policy files are invalid or missing).
 pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let backend = settings.backend.resolve(runner);
-    let dataplane = Dataplane::new(
-        backend,
-        runner,
-        IpFamily::BOTH.to_vec(),
-        &settings.state_dir,
-    );
-    let observed = dataplane.observe()?;
+    let engine = crate::engine::Engine::new(settings, runner);
+    let backend = engine.backend();
+    let observed = engine.observe()?;
     let report = gather(settings, backend, &observed, &state_dir)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);

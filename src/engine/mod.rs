@@ -158,6 +158,17 @@ impl<'a> Engine<'a> {
         Engine::with_backend(settings, runner, settings.backend.resolve(runner))
     }
 
+    /// The backend the engine reads and writes with.
+    pub fn backend(&self) -> &'static dyn Backend {
+        self.backend
+    }
+
+    /// Everything the kernel holds of ours, both families, with counters.
+    pub fn observe(&self) -> Result<State, crate::dataplane::DataplaneError> {
+        self.dataplane(crate::model::IpFamily::BOTH.to_vec())
+            .observe()
+    }
+
     /// The engine for `settings` with `backend` (a saved plan's, a running daemon's).
     pub fn with_backend(
         settings: &'a Settings,
