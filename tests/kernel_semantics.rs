@@ -813,6 +813,74 @@ mod not_nets_and_other_alternatives_in_one_rule_all_hold {
     }
 }
 
+/// Regression (found by the differential test): with the nftables backend, a
+/// rule excluding one source port and one destination port (`source.notPorts:
+/// [21403]`, `destination.notPorts: [9100]`) denied a connection to 9100 from
+/// port 21404: nft merged the two `!=` comparisons of adjacent header fields
+/// into one ("not both"), so only the packet from 21403 to 9100 escaped the
+/// rule. Each exclusion holds on its own.
+fn excluded_source_and_destination_ports_each_hold(backend: Backend, native_nftables: bool) {
+    let lab = Lab::new(backend);
+    let mut guard = Guard::new(&lab);
+    if native_nftables {
+        guard = guard.native_nftables();
+    }
+    let rules = "    - action: Deny
+      protocol: TCP
+      source:
+        notPorts: [21403]
+      destination:
+        notPorts: [9100]
+";
+    guard.write_policy("ports.yaml", &pre_dnat("excluded-ports", Some(10), rules));
+    guard.apply();
+    let (code, plan) = guard.plan_detailed();
+    assert_eq!(code, 0, "the kernel reads back as applied:\n{plan}");
+    let connect = |sport: u16, dport: u16, timeout: Duration| {
+        support::sock::Connect::to(sa(addr::NODE_V4, dport))
+            .from(addr::CLIENT_V4[0])
+            .source_port(sport)
+            .timeout(timeout)
+            .tcp(lab.client())
+    };
+    // The destination port is excluded: allowed whatever the source port.
+    assert_eq!(
+        connect(21404, ports::HOST_SERVICE, CONNECT_TIMEOUT).as_deref(),
+        Ok(replies::HOST_SERVICE)
+    );
+    // The source port is excluded: allowed whatever the destination port.
+    assert_eq!(
+        connect(21403, ports::NODEPORT, CONNECT_TIMEOUT).as_deref(),
+        Ok(replies::NODEPORT_TARGET)
+    );
+    // Neither is excluded: denied.
+    let denied = connect(21405, ports::NODEPORT, support::DROP_TIMEOUT);
+    assert!(denied.as_ref().is_err_and(|e| e.is_timeout()), "{denied:?}");
+}
+
+/// See [`excluded_source_and_destination_ports_each_hold`].
+mod excluded_source_and_destination_ports_each_hold {
+    use super::{Backend, excluded_source_and_destination_ports_each_hold as check};
+
+    #[test]
+    fn legacy() {
+        crate::support::require_kernel!();
+        check(Backend::Legacy, false);
+    }
+
+    #[test]
+    fn nft() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, false);
+    }
+
+    #[test]
+    fn nftables() {
+        crate::support::require_kernel!();
+        check(Backend::Nft, true);
+    }
+}
+
 /// Regression (found by the differential test): with the nftables backend,
 /// narrowing a network set's member to a net inside it (203.0.113.0/24 →
 /// 203.0.113.12/31) or widening it back failed ("interval overlaps with an

@@ -236,6 +236,7 @@ fn render_match(
     matched: &Match,
     family: IpFamily,
     protocol: Option<&'static str>,
+    unmergeable: bool,
 ) {
     match matched {
         Match::Protocol { number, negated } => {
@@ -291,10 +292,11 @@ fn render_match(
             ports,
             negated,
         } => {
+            let degenerate_range = unmergeable && *negated && *side == Side::Destination;
             let list: Vec<String> = ports
                 .iter()
                 .map(|p| {
-                    if p.first == p.last {
+                    if p.first == p.last && !degenerate_range {
                         p.first.to_string()
                     } else {
                         format!("{}-{}", p.first, p.last)
@@ -419,12 +421,31 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
     }
 }
 
+/// Whether a rule excludes one port on each side (`tcp sport != 21403 tcp dport != 7000`).
+///
+/// nft (1.0.6, Debian 12's, at least) merges two comparisons of adjacent header fields into
+/// one comparison of both, which keeps the meaning of `==` but not of `!=`: the rule above
+/// becomes "sport and dport are not both 21403 and 7000", so a packet to port 7000 from port
+/// 21404 matches (`nft --debug=netlink` shows one `cmp neq` over 4 bytes). A range with equal
+/// ends is compared with `range neq`, which nft leaves alone, so such a rule writes its
+/// destination port as `7000-7000`; the kernel lists it back that way.
+fn negated_port_pair(matches: &[Match]) -> bool {
+    let single_excluded = |wanted: Side| {
+        matches.iter().any(|matched| {
+            matches!(matched, Match::Ports { side, ports, negated: true }
+                if *side == wanted && ports.len() == 1 && ports[0].first == ports[0].last)
+        })
+    };
+    single_excluded(Side::Source) && single_excluded(Side::Destination)
+}
+
 /// The matches, the counter and the action of a rule, as nft writes them after the chain.
 pub fn rule_body(rule: &Rule, family: IpFamily, table: Table) -> String {
     let mut body = String::with_capacity(128);
     let protocol = folded_protocol(&rule.matches, family);
+    let unmergeable = negated_port_pair(&rule.matches);
     for matched in &rule.matches {
-        render_match(&mut body, matched, family, protocol);
+        render_match(&mut body, matched, family, protocol, unmergeable);
     }
     body.push_str(" counter");
     render_action(&mut body, &rule.action, table);
