@@ -27,6 +27,28 @@ install_packages() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# A Docker Engine for tests/kernel_docker.rs: Debian's docker.io (dockerd, containerd, runc, the
+# client) and a statically linked busybox for the image the tests import. The tests start the
+# engine in their own namespaces; the package's service must never start on this host (it would
+# rewrite the host's firewall), so a policy-rc.d forbids it while the packages install.
+ensure_docker() {
+  local missing=()
+  command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
+  dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' ||
+    missing+=(busybox-static)
+  [ ${#missing[@]} -gt 0 ] || return 0
+  local policy=/usr/sbin/policy-rc.d created="" status=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# nodeport-guard tests: no service starts while packages install\nexit 101\n' |
+      as_root tee "$policy" >/dev/null
+    as_root chmod 755 "$policy"
+    created=1
+  fi
+  install_packages "${missing[@]}" || status=$?
+  if [ -n "$created" ]; then as_root rm -f "$policy"; fi
+  return "$status"
+}
+
 # The kernel tools the tests and the demo drive.
 KERNEL_TOOLS=(iptables:iptables iptables-legacy:iptables ipset:ipset nft:nftables conntrack:conntrack ip:iproute2 tcpdump:tcpdump)
 
