@@ -32,7 +32,11 @@ const PUBLISHED: u16 = 30081;
 /// What the container answers on every connection.
 const REPLY: &str = "docker-web";
 /// How long dockerd may take to start, and a container to answer.
-const DOCKER_TIMEOUT: Duration = Duration::from_secs(60);
+const DOCKER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One engine at a time: three containerd and dockerd starting together on a small CI machine
+/// is what made one of them miss its start-up deadline.
+static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Starts containerd, then dockerd, in the network namespace this runs in and a private mount
 /// namespace (`unshare --mount --propagation private`), and stops both on SIGTERM, dockerd
@@ -46,12 +50,14 @@ mount -t sysfs sysfs /sys
 mount --rbind "$D/cgroup" /sys/fs/cgroup
 mount -t tmpfs tmpfs /run
 mkdir -p /run/containerd /run/docker
-containerd --root "$D/containerd" --state /run/containerd \
+printf 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n' >"$D/containerd.toml"
+containerd --config "$D/containerd.toml" --root "$D/containerd" --state /run/containerd \
   --address /run/containerd/containerd.sock >"$D/containerd.log" 2>&1 &
 c=$!
 i=0
 while [ ! -S /run/containerd/containerd.sock ]; do
-  i=$((i + 1)); [ "$i" -lt 600 ] || { echo "containerd did not start" >&2; exit 1; }
+  kill -0 "$c" 2>/dev/null || { echo "containerd exited" >&2; exit 1; }
+  i=$((i + 1)); [ "$i" -lt 1200 ] || { echo "containerd did not start" >&2; exit 1; }
   sleep 0.05
 done
 dockerd --data-root "$D/docker" --exec-root /run/docker --pidfile /run/docker.pid \
@@ -132,12 +138,17 @@ struct Docker {
     /// The shell that started them (see [`START`]); it shares their namespaces.
     shell: Child,
     dir: tempfile::TempDir,
+    /// Held until this engine is stopped (see [`ENGINE`]).
+    _engine: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Docker {
     /// Starts the engine in `lab`'s node namespace, with docker's rules in the iptables
     /// flavour of the lab's backend, and imports the busybox image `npg-busybox`.
     fn start(lab: &Lab) -> Docker {
+        let engine = ENGINE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::Builder::new()
             .prefix("npg-docker-")
             .tempdir()
@@ -158,6 +169,7 @@ impl Docker {
             "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             shims.display()
         );
+        let shell_log = std::fs::File::create(dir.path().join("shell.log")).expect("shell log");
         let shell = Command::new("nsenter")
             .arg(format!("--net={}", lab.node().path().display()))
             .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
@@ -166,14 +178,24 @@ impl Docker {
             .env("PATH", path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(shell_log)
             .spawn()
             .expect("start containerd and dockerd");
-        let docker = Docker { shell, dir };
+        let mut docker = Docker {
+            shell,
+            dir,
+            _engine: engine,
+        };
+        let mut exited = None;
         let ready = wait_until(DOCKER_TIMEOUT, POLL, || {
-            docker.cli(&["version"]).status.success()
-        });
-        assert!(ready, "dockerd did not start:\n{}", docker.logs());
+            exited = docker.shell.try_wait().ok().flatten();
+            exited.is_some() || docker.cli(&["version"]).status.success()
+        }) && exited.is_none();
+        assert!(
+            ready,
+            "dockerd did not start (start-up shell: {exited:?}):\n{}",
+            docker.logs()
+        );
         docker.import_busybox();
         docker
     }
@@ -273,13 +295,18 @@ impl Docker {
         self.cli_ok(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", name])
     }
 
+    /// The last lines of the start-up shell's, dockerd's and containerd's logs.
     fn logs(&self) -> String {
-        let read = |file: &str| std::fs::read_to_string(self.dir.path().join(file));
-        format!(
-            "--- dockerd.log ---\n{}\n--- containerd.log ---\n{}",
-            read("dockerd.log").unwrap_or_default(),
-            read("containerd.log").unwrap_or_default()
-        )
+        const LINES: usize = 30;
+        ["shell.log", "dockerd.log", "containerd.log"]
+            .iter()
+            .map(|file| {
+                let text = std::fs::read_to_string(self.dir.path().join(file)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+                format!("--- {file} (last {LINES} lines) ---\n{tail}\n")
+            })
+            .collect()
     }
 }
 
