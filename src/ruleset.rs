@@ -18,8 +18,10 @@ use crate::model::{Direction, IpFamily};
 pub const CHAIN_PREFIX: &str = "npg-";
 /// Prefix of every ipset we own.
 pub const SET_PREFIX: &str = "npg";
-/// Longest chain name iptables accepts.
-pub const MAX_CHAIN_NAME: usize = 28;
+/// Longest chain name we write: two under the 28 characters iptables accepts and the contract
+/// promises, so that the nftables backend's names, which carry the table's letter
+/// (`npg-m-pi-…`), keep within 28 too.
+pub const MAX_CHAIN_NAME: usize = 26;
 /// Longest ipset name the kernel accepts.
 pub const MAX_SET_NAME: usize = 31;
 /// Most ports one `multiport` match may hold (a range counts as two).

@@ -1397,7 +1397,7 @@ fn delete_our_jump(lab: &Lab) {
                     "chain",
                     "ip",
                     "nodeport_guard",
-                    "mangle-PREROUTING",
+                    "npg-mangle-PREROUTING",
                 ],
             );
         }
@@ -1421,7 +1421,7 @@ fn foreign_drift(lab: &Lab) {
                 .lines()
                 .filter_map(|line| line.trim().strip_prefix("chain "))
                 .map(|rest| rest.trim_end_matches(" {"))
-                .find(|name| name.starts_with("mangle-npg-pi-"))
+                .find(|name| name.starts_with("npg-m-pi-"))
                 .unwrap_or_else(|| panic!("no policy chain in\n{listing}"))
                 .to_owned();
             lab.node()

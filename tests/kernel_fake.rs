@@ -507,7 +507,7 @@ fn drift(backend: &'static dyn Backend, ns: &Netns, fake: &FakeKernel, desired: 
                     .and_then(|line| line.rsplit_once("# handle "))
                     .map(|(_, handle)| handle.trim().to_owned())
                     .expect("our rule is listed");
-                let name = format!("{}-{chain}", key.table);
+                let name = support::snapshot::nft_chain(&key.table.to_string(), &chain);
                 runner.run(
                     "nft",
                     &[

@@ -1192,7 +1192,7 @@ fn another_program_between_two_commands_is_seen_despite_the_saved_view(backend: 
                 "chain",
                 "ip",
                 "nodeport_guard",
-                &format!("{table}-{chain}"),
+                &support::snapshot::nft_chain(table, chain),
             ],
         ),
         _ => lab.node().exec(

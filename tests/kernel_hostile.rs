@@ -86,7 +86,7 @@ fn delete_our_jump(lab: &Lab) -> bool {
                     "chain",
                     "ip",
                     "nodeport_guard",
-                    "mangle-PREROUTING",
+                    "npg-mangle-PREROUTING",
                 ],
             )
             .success(),

@@ -85,7 +85,13 @@ fn tables_and_priorities_next_to_iptables_nft() {
     assert!(tables.contains("table ip6 nodeport_guard"), "{tables}");
     let base = nft(
         &lab,
-        &["list", "chain", "ip", "nodeport_guard", "mangle-PREROUTING"],
+        &[
+            "list",
+            "chain",
+            "ip",
+            "nodeport_guard",
+            "npg-mangle-PREROUTING",
+        ],
     );
     assert!(
         base.contains("hook prerouting priority mangle - 1"),
@@ -128,7 +134,7 @@ fn drift_is_reported_repaired_and_makes_saved_plans_stale() {
         .into_iter()
         .next()
         .expect("a policy chain");
-    let nft_chain = format!("mangle-{policy_chain}");
+    let nft_chain = support::snapshot::nft_chain("mangle", &policy_chain);
     nft(
         &lab,
         &[
@@ -136,7 +142,7 @@ fn drift_is_reported_repaired_and_makes_saved_plans_stale() {
             "chain",
             "ip",
             "nodeport_guard",
-            "mangle-PREROUTING",
+            "npg-mangle-PREROUTING",
         ],
     );
     nft(
@@ -150,7 +156,7 @@ fn drift_is_reported_repaired_and_makes_saved_plans_stale() {
             "rule",
             "ip",
             "nodeport_guard",
-            "mangle-npg-PREROUTING",
+            "npg-m-PREROUTING",
             "counter",
             "accept",
         ],
@@ -201,6 +207,55 @@ fn a_foreign_accept_cannot_bypass_our_drop() {
     assert_eq!(code, 0, "foreign rules are not ours to plan for: {out}");
 }
 
+/// A table written by an older release, whose chains were named `<table>-npg-…` and whose
+/// base chains `<table>-<CHAIN>` (here one that drops every SYN to the NodePort), is rebuilt
+/// whole by the first `apply` in one transaction: the whitelist holds, every chain left in the
+/// table is named `npg…`, and the next plan has nothing to do.
+#[test]
+fn a_table_with_an_older_releases_chain_names_is_rebuilt() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nftables);
+    let guard = Guard::new(&lab);
+    let old = "table ip nodeport_guard {
+        chain mangle-npg-PREROUTING {
+            tcp dport 30008 counter drop comment \"npg:oldreleaseAAAAAA\"
+        }
+        chain mangle-PREROUTING {
+            type filter hook prerouting priority -151; policy accept;
+            counter jump mangle-npg-PREROUTING comment \"npg:oldreleaseBBBBBB\"
+        }
+    }";
+    let script = guard.path("old.nft");
+    std::fs::write(&script, old).expect("write the old table");
+    nft(&lab, &["-f", script.to_str().expect("utf-8 path")]);
+    check_reachability(
+        &lab,
+        "with the older release's table",
+        &[dropped(
+            addr::CLIENT_V4[0],
+            sa(addr::NODE_V4, ports::NODEPORT),
+        )],
+    );
+
+    guard.write_policy("a.yaml", WHITELIST);
+    guard.apply();
+    guarded(&lab, "after the upgrade's apply");
+    let listing = nft(&lab, &["list", "table", "ip", "nodeport_guard"]);
+    let chains: Vec<&str> = listing
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("chain "))
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert!(!chains.is_empty(), "{listing}");
+    assert!(
+        chains.iter().all(|chain| chain.starts_with("npg")),
+        "{listing}"
+    );
+    assert!(!listing.contains("oldrelease"), "{listing}");
+    let (code, out) = guard.plan_detailed();
+    assert_eq!(code, 0, "the rebuilt table is what the policies say: {out}");
+}
+
 /// The daemon repairs drift done with `nft` within its resync interval (1 s): a deleted base
 /// chain, a flushed policy chain, a deleted set member; each with a warning in its log, and
 /// the whitelist holds again after each.
@@ -215,14 +270,14 @@ fn the_daemon_repairs_nft_drift_within_the_resync_interval() {
     let daemon = Daemon::start(&guard);
     guarded(&lab, "at start");
     let applied = guard.snapshot().ours().canonical();
-    let policy_chain = format!(
-        "mangle-{}",
-        guard
+    let policy_chain = support::snapshot::nft_chain(
+        "mangle",
+        &guard
             .snapshot()
             .chains(Family::V4, "mangle", "npg-pi-")
             .into_iter()
             .next()
-            .expect("a policy chain")
+            .expect("a policy chain"),
     );
     let drifts: [(&str, &[&str]); 3] = [
         (
@@ -232,7 +287,7 @@ fn the_daemon_repairs_nft_drift_within_the_resync_interval() {
                 "chain",
                 "ip",
                 "nodeport_guard",
-                "mangle-PREROUTING",
+                "npg-mangle-PREROUTING",
             ],
         ),
         (

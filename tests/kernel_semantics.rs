@@ -757,12 +757,9 @@ spec:
 /// set the match bit: an excluded source was still allowed (fail open),
 /// a whitelisted office address was denied its NodePort, and ports outside
 /// the list were denied to everyone. Every condition of a rule must hold.
-fn not_nets_and_other_alternatives_in_one_rule_all_hold(backend: Backend, native_nftables: bool) {
+fn not_nets_and_other_alternatives_in_one_rule_all_hold(backend: Backend) {
     let lab = Lab::new(backend);
-    let mut guard = Guard::new(&lab);
-    if native_nftables {
-        guard = guard.native_nftables();
-    }
+    let guard = Guard::new(&lab);
     guard.write_policy("rules.yaml", NOT_NETS_WITH_OTHER_ALTERNATIVES);
     guard.apply();
     let node = |port| sa(addr::NODE_V4, port);
@@ -790,28 +787,7 @@ fn not_nets_and_other_alternatives_in_one_rule_all_hold(backend: Backend, native
     );
 }
 
-/// See [`not_nets_and_other_alternatives_in_one_rule_all_hold`].
-mod not_nets_and_other_alternatives_in_one_rule_all_hold {
-    use super::{Backend, not_nets_and_other_alternatives_in_one_rule_all_hold as check};
-
-    #[test]
-    fn legacy() {
-        crate::support::require_kernel!();
-        check(Backend::Legacy, false);
-    }
-
-    #[test]
-    fn nft() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, false);
-    }
-
-    #[test]
-    fn nftables() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, true);
-    }
-}
+backend_tests!(not_nets_and_other_alternatives_in_one_rule_all_hold);
 
 /// Regression (found by the differential test): with the nftables backend, a
 /// rule excluding one source port and one destination port (`source.notPorts:
@@ -819,12 +795,9 @@ mod not_nets_and_other_alternatives_in_one_rule_all_hold {
 /// port 21404: nft merged the two `!=` comparisons of adjacent header fields
 /// into one ("not both"), so only the packet from 21403 to 9100 escaped the
 /// rule. Each exclusion holds on its own.
-fn excluded_source_and_destination_ports_each_hold(backend: Backend, native_nftables: bool) {
+fn excluded_source_and_destination_ports_each_hold(backend: Backend) {
     let lab = Lab::new(backend);
-    let mut guard = Guard::new(&lab);
-    if native_nftables {
-        guard = guard.native_nftables();
-    }
+    let guard = Guard::new(&lab);
     let rules = "    - action: Deny
       protocol: TCP
       source:
@@ -858,28 +831,7 @@ fn excluded_source_and_destination_ports_each_hold(backend: Backend, native_nfta
     assert!(denied.as_ref().is_err_and(|e| e.is_timeout()), "{denied:?}");
 }
 
-/// See [`excluded_source_and_destination_ports_each_hold`].
-mod excluded_source_and_destination_ports_each_hold {
-    use super::{Backend, excluded_source_and_destination_ports_each_hold as check};
-
-    #[test]
-    fn legacy() {
-        crate::support::require_kernel!();
-        check(Backend::Legacy, false);
-    }
-
-    #[test]
-    fn nft() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, false);
-    }
-
-    #[test]
-    fn nftables() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, true);
-    }
-}
+backend_tests!(excluded_source_and_destination_ports_each_hold);
 
 /// Regression (found by the differential test): with the nftables backend,
 /// narrowing a network set's member to a net inside it (203.0.113.0/24 →
@@ -887,15 +839,9 @@ mod excluded_source_and_destination_ports_each_hold {
 /// existing one") because the new member was added before the old one was
 /// deleted, so `apply` refused a valid edit (and a daemon would retry it
 /// forever). Each edit is applied in place, and the whitelist follows it.
-fn network_set_narrowed_and_widened_again_applies_in_place(
-    backend: Backend,
-    native_nftables: bool,
-) {
+fn network_set_narrowed_and_widened_again_applies_in_place(backend: Backend) {
     let lab = Lab::new(backend);
-    let mut guard = Guard::new(&lab);
-    if native_nftables {
-        guard = guard.native_nftables();
-    }
+    let guard = Guard::new(&lab);
     let rules = format!(
         "    - action: Allow
       protocol: TCP
@@ -932,28 +878,7 @@ fn network_set_narrowed_and_widened_again_applies_in_place(
     }
 }
 
-/// See [`network_set_narrowed_and_widened_again_applies_in_place`].
-mod network_set_narrowed_and_widened_again_applies_in_place {
-    use super::{Backend, network_set_narrowed_and_widened_again_applies_in_place as check};
-
-    #[test]
-    fn legacy() {
-        crate::support::require_kernel!();
-        check(Backend::Legacy, false);
-    }
-
-    #[test]
-    fn nft() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, false);
-    }
-
-    #[test]
-    fn nftables() {
-        crate::support::require_kernel!();
-        check(Backend::Nft, true);
-    }
-}
+backend_tests!(network_set_narrowed_and_widened_again_applies_in_place);
 
 /// Tightening a policy does not cut flows conntrack already tracks: the
 /// pre-DNAT chain lets ESTABLISHED packets through before any policy. A UDP

@@ -31,7 +31,7 @@ const MAX_READABLE_CHARS: usize = 12;
 
 /// A chain name: `prefix + suffix` if it fits in `max` characters; else `prefix`, the readable
 /// start of `suffix`, `_` and a hash of the whole `suffix`, cut to `max`, so that `iptables -L`
-/// and `nft list` still say which policy a chain is of (`npg-pi-allow-cluste_K2b3j16N`, where
+/// and `nft list` still say which policy a chain is of (`npg-pi-allow-clus_K2b3j16N`, where
 /// Felix keeps only the hash). Names users write never contain `_`, so a shortened name never
 /// equals a plain one.
 pub fn chain_name(prefix: &str, suffix: &str, max: usize) -> String {
@@ -184,7 +184,7 @@ mod tests {
         let name = policy_chain("allow-cluster-nodeport-only", Direction::Ingress);
         assert_eq!(name.len(), MAX_CHAIN_NAME);
         // The start of the policy's name stays readable; the hash keeps names unique.
-        assert!(name.starts_with("npg-pi-allow-cluste_"), "{name}");
+        assert!(name.starts_with("npg-pi-allow-clus_"), "{name}");
         assert_ne!(
             name,
             policy_chain("allow-cluster-nodeport-onlz", Direction::Ingress)
@@ -236,7 +236,7 @@ mod tests {
         let chain = chain_name("npg-pi-", &"a".repeat(40), MAX_CHAIN_NAME);
         assert_eq!(
             chain,
-            format!("npg-pi-{}_{}", "a".repeat(12), &hash(&"a".repeat(40))[..8])
+            format!("npg-pi-{}_{}", "a".repeat(10), &hash(&"a".repeat(40))[..8])
         );
     }
 }

@@ -313,7 +313,7 @@ fn long_staged_prefixes_are_shortened_like_the_others() {
     let compiled = compile_yaml(&STAGED.replace("office-only", long), &Config::default());
     let chain = names::staged_policy_chain(long, Direction::Ingress);
     assert!(
-        chain.len() <= crate::ruleset::MAX_CHAIN_NAME && chain.starts_with("npg-spi-a-staged-po_")
+        chain.len() <= crate::ruleset::MAX_CHAIN_NAME && chain.starts_with("npg-spi-a-staged-_")
     );
     let rules = compiled
         .ruleset

@@ -127,10 +127,7 @@ fn a_syn_the_early_drop_lets_on_is_not_judged_again_in_mangle() {
         .iter()
         .filter_map(|s| s.chain.as_deref())
         .collect();
-    assert!(
-        chains.contains(&"npg-syn-fh-all-inte_VzCNahGO"),
-        "{chains:?}"
-    );
+    assert!(chains.contains(&"npg-syn-fh-all-in_VzCNahGO"), "{chains:?}");
     assert!(
         chains.iter().any(|c| c.starts_with("npg-pi-")),
         "{chains:?}"

@@ -94,12 +94,14 @@ impl Snapshot {
             .filter(|name| name.starts_with(prefix))
             .map(str::to_string)
             .collect();
-        // The nftables backend's chains are `<table>-<chain>` in `table ip|ip6 nodeport_guard`.
+        // The nftables backend's chains are `npg<letter of table>-…` (see [`nft_chain`]) in
+        // `table ip|ip6 nodeport_guard`.
         let header = match family {
             Family::V4 => "table ip nodeport_guard",
             Family::V6 => "table ip6 nodeport_guard",
         };
-        let nft_prefix = format!("{table}-{prefix}");
+        let nft_prefix = nft_chain(table, prefix);
+        let ours = nft_chain(table, "npg-");
         chains.extend(
             self.nft
                 .split("\ntable ")
@@ -108,11 +110,9 @@ impl Snapshot {
                 .flat_map(|section| section.lines())
                 .filter_map(|line| line.trim().strip_prefix("chain "))
                 .filter_map(|rest| rest.split_whitespace().next())
-                .filter_map(|name| {
-                    name.strip_prefix(&format!("{table}-"))
-                        .filter(|_| name.starts_with(&nft_prefix))
-                })
-                .map(str::to_string),
+                .filter(|name| name.starts_with(&nft_prefix))
+                .filter_map(|name| name.strip_prefix(&ours))
+                .map(|rest| format!("npg-{rest}")),
         );
         chains
     }
@@ -397,4 +397,19 @@ fn table_section<'t>(text: &'t str, table: &str) -> impl Iterator<Item = &'t str
         .skip_while(move |line| *line != header)
         .skip(1)
         .take_while(|line| *line != "COMMIT")
+}
+
+/// The nftables backend's name for our chain `chain` (`npg-…`) of iptables table `table`:
+/// `npg-pi-web` of mangle is `npg-m-pi-web` (raw `npg-r-…`, filter `npg-f-…`).
+pub fn nft_chain(table: &str, chain: &str) -> String {
+    let letter = match table {
+        "raw" => 'r',
+        "mangle" => 'm',
+        "filter" => 'f',
+        other => panic!("no nftables letter for table {other}"),
+    };
+    let rest = chain
+        .strip_prefix("npg-")
+        .unwrap_or_else(|| panic!("{chain} is not one of our chains"));
+    format!("npg-{letter}-{rest}")
 }

@@ -280,7 +280,7 @@ fn saves_and_listings_have_the_kernels_layout() {
     );
     assert_eq!(filter.hooks["INPUT"][0].position, 1);
     // nft: the indented listing with handles, as parse_listing reads it.
-    let script = "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 198.51.100.1/32, 192.0.2.0/24 }\nadd chain ip nodeport_guard mangle-npg-x\nadd rule ip nodeport_guard mangle-npg-x ip saddr @s counter return comment \"npg:R\"\nadd chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\nadd rule ip nodeport_guard mangle-PREROUTING counter jump mangle-npg-x comment \"npg:H nodeport-guard hook\"\n";
+    let script = "add table ip nodeport_guard\nadd set ip nodeport_guard s { type ipv4_addr; flags interval; }\nadd element ip nodeport_guard s { 198.51.100.1/32, 192.0.2.0/24 }\nadd chain ip nodeport_guard npg-m-x\nadd rule ip nodeport_guard npg-m-x ip saddr @s counter return comment \"npg:R\"\nadd chain ip nodeport_guard npg-mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\nadd rule ip nodeport_guard npg-mangle-PREROUTING counter jump npg-m-x comment \"npg:H nodeport-guard hook\"\n";
     assert!(run(&fake, "nft", &["-f", "-"], script).success);
     let listing = fake
         .run(
@@ -292,7 +292,7 @@ fn saves_and_listings_have_the_kernels_layout() {
         .stdout;
     assert_eq!(
         listing,
-        "table ip nodeport_guard { # handle 1\n\tset s { # handle 1\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 192.0.2.0/24, 198.51.100.1 }\n\t}\n\n\tchain mangle-npg-x { # handle 2\n\t\tip saddr @s counter packets 0 bytes 0 return comment \"npg:R\" # handle 3\n\t}\n\n\tchain mangle-PREROUTING { # handle 4\n\t\ttype filter hook prerouting priority -151; policy accept;\n\t\tcounter packets 0 bytes 0 jump mangle-npg-x comment \"npg:H nodeport-guard hook\" # handle 5\n\t}\n}\n"
+        "table ip nodeport_guard { # handle 1\n\tset s { # handle 1\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 192.0.2.0/24, 198.51.100.1 }\n\t}\n\n\tchain npg-m-x { # handle 2\n\t\tip saddr @s counter packets 0 bytes 0 return comment \"npg:R\" # handle 3\n\t}\n\n\tchain npg-mangle-PREROUTING { # handle 4\n\t\ttype filter hook prerouting priority -151; policy accept;\n\t\tcounter packets 0 bytes 0 jump npg-m-x comment \"npg:H nodeport-guard hook\" # handle 5\n\t}\n}\n"
     );
     let mut state = State::default();
     crate::dataplane::nftables::parse::parse_listing(&listing, IpFamily::V4, &mut state);
@@ -304,7 +304,13 @@ fn saves_and_listings_have_the_kernels_layout() {
     let named = fake
         .run(
             "nft",
-            &["list", "chain", "ip", "nodeport_guard", "mangle-PREROUTING"],
+            &[
+                "list",
+                "chain",
+                "ip",
+                "nodeport_guard",
+                "npg-mangle-PREROUTING",
+            ],
             None,
         )
         .expect("runs")

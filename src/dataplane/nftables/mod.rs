@@ -11,7 +11,7 @@ use super::runner::joined;
 use super::{Backend, Dataplane, DataplaneError, run_checked};
 use crate::model::IpFamily;
 use crate::plan::{ChainAction, Plan, SetAction};
-use crate::ruleset::{Rule, Ruleset, Table};
+use crate::ruleset::{CHAIN_PREFIX, Rule, Ruleset, Table};
 use crate::state::Spelling;
 use crate::state::State;
 use render::{TABLE, base_chain_name, chain_name, element_commands, family_name, set_declaration};
@@ -116,6 +116,7 @@ fn written_objects(plan: &Plan) -> Option<Vec<Object>> {
         .sets
         .iter()
         .any(|set| set.action == SetAction::Recreate)
+        || !renamed_families(plan).is_empty()
     {
         return None;
     }
@@ -232,6 +233,27 @@ fn list_all(
     Ok(state)
 }
 
+/// The families whose table holds chains named otherwise than [`render::chain_name`] and
+/// [`render::base_chain_name`] name them: an older release's (`mangle-npg-pi-m`, base chain
+/// `mangle-PREROUTING`) or a hand-made one. Their rules jump to names the plan cannot write,
+/// so such a table is rebuilt whole, in the same transaction.
+fn renamed_families(plan: &Plan) -> BTreeSet<IpFamily> {
+    plan.tables
+        .iter()
+        .filter(|table| {
+            table
+                .chains
+                .iter()
+                .any(|chain| !chain.name.starts_with(CHAIN_PREFIX))
+                || table
+                    .hooks
+                    .iter()
+                    .any(|hook| !render::KERNEL_CHAINS.contains(&hook.chain.as_str()))
+        })
+        .map(|table| table.key.family)
+        .collect()
+}
+
 /// The `nft -f` script that carries out a plan, as one transaction.
 pub fn script(plan: &Plan, desired: &State) -> String {
     let mut out = String::new();
@@ -247,12 +269,13 @@ pub fn script(plan: &Plan, desired: &State) -> String {
     };
     // A set whose type changed cannot be altered in place; rebuild that family from scratch
     // inside the same transaction.
-    let rebuild: BTreeSet<IpFamily> = plan
+    let mut rebuild: BTreeSet<IpFamily> = plan
         .sets
         .iter()
         .filter(|set| set.action == SetAction::Recreate)
         .map(|set| set.family)
         .collect();
+    rebuild.extend(renamed_families(plan));
     for family in &families {
         let name = family_name(*family);
         if !wanted(*family) {
@@ -437,20 +460,20 @@ mod tests {
 \t\tflags interval
 \t}
 
-\tchain mangle-npg-PREROUTING { # handle 3
+\tchain npg-m-PREROUTING { # handle 3
 \t\tcounter packets 3 bytes 180 return comment \"npg:BBBB words\" # handle 6
 \t\taccept # handle 7
 \t}
 
-\tchain mangle-npg-empty { # handle 9
+\tchain npg-m-empty { # handle 9
 \t}
 
-\tchain mangle-PREROUTING { # handle 4
+\tchain npg-mangle-PREROUTING { # handle 4
 \t\ttype filter hook prerouting priority -151; policy accept;
-\t\tcounter packets 0 bytes 0 jump mangle-npg-PREROUTING comment \"npg:AAAA hook\" # handle 5
+\t\tcounter packets 0 bytes 0 jump npg-m-PREROUTING comment \"npg:AAAA hook\" # handle 5
 \t}
 
-\tchain filter-INPUT { # handle 10
+\tchain npg-filter-INPUT { # handle 10
 \t\ttype filter hook input priority -1; policy accept;
 \t}
 }
@@ -490,7 +513,7 @@ mod tests {
         let expected = crate::state::rule_hash(
             Table::Mangle,
             "PREROUTING",
-            &hook_identity("prerouting", -151, "accept", "mangle-npg-PREROUTING"),
+            &hook_identity("prerouting", -151, "accept", "npg-m-PREROUTING"),
         );
         assert_eq!(hook.rule.hash.as_deref(), Some(expected.as_str()));
         assert_eq!(hook.rule.counters, Some(Counters::default()));
@@ -531,14 +554,14 @@ mod tests {
 \t\tflags interval
 \t}
 
-\tchain mangle-npg-x { # handle 2
+\tchain npg-m-x { # handle 2
 \t\tip saddr @s counter packets 3 bytes 180 meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\" # handle 5
 \t\tudp dport != { 1-5, 30008 } counter packets 0 bytes 0 log prefix \"LPI1|x\" group 1 comment \"npg:CCC\" # handle 7
 \t}
 
-\tchain mangle-PREROUTING { # handle 3
+\tchain npg-mangle-PREROUTING { # handle 3
 \t\ttype filter hook prerouting priority mangle - 1; policy accept;
-\t\tcounter packets 9 bytes 900 jump mangle-npg-x comment \"npg:AAA nodeport-guard hook\" # handle 4
+\t\tcounter packets 9 bytes 900 jump npg-m-x comment \"npg:AAA nodeport-guard hook\" # handle 4
 \t}
 }
 ";
@@ -556,16 +579,16 @@ mod tests {
         assert_eq!(rules.len(), 2);
         assert_eq!(
             rules[0].text,
-            "add rule ip nodeport_guard mangle-npg-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
+            "add rule ip nodeport_guard npg-m-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
         );
         assert_eq!(
             rules[1].text,
-            "add rule ip nodeport_guard mangle-npg-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
+            "add rule ip nodeport_guard npg-m-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
         );
         assert_eq!(
             table.hooks["PREROUTING"][0].rule.text,
-            "add chain ip nodeport_guard mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
-             add rule ip nodeport_guard mangle-PREROUTING counter jump mangle-npg-x comment \"npg:AAA nodeport-guard hook\""
+            "add chain ip nodeport_guard npg-mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
+             add rule ip nodeport_guard npg-mangle-PREROUTING counter jump npg-m-x comment \"npg:AAA nodeport-guard hook\""
         );
     }
 
@@ -603,10 +626,10 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter iifname vmap { \"eth0\" : goto mangle-npg-fh-eth0, \"eth1\" : goto mangle-npg-fh-eth1 }",
-                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter iifname vmap { \"bond0\" : return, \"eth0\" : goto mangle-npg-fh-shadowed }",
-                "add rule ip nodeport_guard mangle-npg-from-host-endpoint counter goto mangle-npg-fh-any",
-                "add rule ip nodeport_guard mangle-npg-from-host-endpoint iifname \"eth9\" counter goto mangle-npg-fh-eth9",
+                "add rule ip nodeport_guard npg-m-from-host-endpoint counter iifname vmap { \"eth0\" : goto npg-m-fh-eth0, \"eth1\" : goto npg-m-fh-eth1 }",
+                "add rule ip nodeport_guard npg-m-from-host-endpoint counter iifname vmap { \"bond0\" : return, \"eth0\" : goto npg-m-fh-shadowed }",
+                "add rule ip nodeport_guard npg-m-from-host-endpoint counter goto npg-m-fh-any",
+                "add rule ip nodeport_guard npg-m-from-host-endpoint iifname \"eth9\" counter goto npg-m-fh-eth9",
             ]
         );
     }
@@ -623,8 +646,8 @@ mod tests {
         let comment = rendered[0].line.split(" comment ").nth(1).unwrap();
         let listing = format!(
             "table ip nodeport_guard {{ # handle 1
-\tchain mangle-npg-from-host-endpoint {{ # handle 2
-\t\tcounter packets 7 bytes 420 iifname vmap {{ \"eth1\" : goto mangle-npg-fh-eth1, \"eth0\" : goto mangle-npg-fh-eth0 }} comment {comment} # handle 5
+\tchain npg-m-from-host-endpoint {{ # handle 2
+\t\tcounter packets 7 bytes 420 iifname vmap {{ \"eth1\" : goto npg-m-fh-eth1, \"eth0\" : goto npg-m-fh-eth0 }} comment {comment} # handle 5
 \t}}
 }}
 "
@@ -672,6 +695,38 @@ mod tests {
              delete element ip nodeport_guard npg4-s-office { 203.0.113.0/24 }\n\
              add element ip nodeport_guard npg4-s-office { 203.0.113.8/29 }\n"
         );
+    }
+
+    #[test]
+    fn chain_names_begin_with_npg_fit_28_and_read_back() {
+        use super::render::split_chain_name;
+        let longest = "npg-pi-".to_owned() + &"a".repeat(crate::ruleset::MAX_CHAIN_NAME - 7);
+        for table in Table::ALL {
+            for chain in [
+                "npg-PREROUTING",
+                "npg-pi-web",
+                "npg-fh-eth0",
+                longest.as_str(),
+            ] {
+                let name = chain_name(table, chain);
+                assert!(name.starts_with("npg-") && name.len() <= 28, "{name}");
+                assert_eq!(split_chain_name(&name), (table, chain.to_owned()));
+            }
+            for kernel_chain in render::KERNEL_CHAINS {
+                let name = base_chain_name(table, kernel_chain);
+                assert!(name.starts_with("npg-"), "{name}");
+                assert_eq!(split_chain_name(&name), (table, kernel_chain.to_owned()));
+            }
+        }
+        assert_eq!(chain_name(Table::Mangle, "npg-pi-web"), "npg-m-pi-web");
+        assert_eq!(
+            base_chain_name(Table::Mangle, "PREROUTING"),
+            "npg-mangle-PREROUTING"
+        );
+        // An older release's names are not ours any more: filed as they are, to be removed.
+        for old in ["mangle-npg-pi-web", "mangle-PREROUTING"] {
+            assert_eq!(split_chain_name(old), (Table::Filter, old.to_owned()));
+        }
     }
 
     #[test]

@@ -53,13 +53,7 @@ fn with_sorted_map(body: String) -> String {
 
 /// Splits an nft chain name into the iptables table it stands for and our chain name.
 fn split_chain(name: &str) -> (Table, String) {
-    for table in Table::ALL {
-        if let Some(rest) = name.strip_prefix(&format!("{table}-")) {
-            return (table, rest.to_owned());
-        }
-    }
-    // Not a name we write: file it under filter so the plan removes it.
-    (Table::Filter, name.to_owned())
+    super::render::split_chain_name(name)
 }
 
 fn hash_of_comment(comment: Option<&str>) -> Option<crate::state::RuleHash> {

@@ -1,17 +1,18 @@
 //! `nft -f` text for a [`Ruleset`]: the native nftables backend.
 //!
 //! Each family gets one table, `ip nodeport_guard` or `ip6 nodeport_guard`. The iptables
-//! tables become prefixes of the chain names (`mangle-npg-PREROUTING`), and each hooked kernel
-//! chain becomes a base chain of ours at one less than the iptables priority of its table:
+//! tables become a letter in the chain names (`npg-pi-m` of mangle is `npg-m-pi-m`, of raw
+//! `npg-r-pi-m`, of filter `npg-f-…`), and each hooked kernel chain becomes a base chain of ours
+//! (`npg-mangle-PREROUTING`) at one less than the iptables priority of its table:
 //!
-//! | iptables            | our base chain        | hook        | priority           |
-//! |---------------------|-----------------------|-------------|--------------------|
-//! | raw PREROUTING      | `raw-PREROUTING`      | prerouting  | raw − 1 (−301)     |
-//! | mangle PREROUTING   | `mangle-PREROUTING`   | prerouting  | mangle − 1 (−151)  |
-//! | filter INPUT        | `filter-INPUT`        | input       | filter − 1 (−1)    |
-//! | filter FORWARD      | `filter-FORWARD`      | forward     | filter − 1 (−1)    |
-//! | filter OUTPUT       | `filter-OUTPUT`       | output      | filter − 1 (−1)    |
-//! | raw OUTPUT          | `raw-OUTPUT`          | output      | raw − 1 (−301)     |
+//! | iptables            | our base chain          | hook        | priority           |
+//! |---------------------|-------------------------|-------------|--------------------|
+//! | raw PREROUTING      | `npg-raw-PREROUTING`    | prerouting  | raw − 1 (−301)     |
+//! | mangle PREROUTING   | `npg-mangle-PREROUTING` | prerouting  | mangle − 1 (−151)  |
+//! | filter INPUT        | `npg-filter-INPUT`      | input       | filter − 1 (−1)    |
+//! | filter FORWARD      | `npg-filter-FORWARD`    | forward     | filter − 1 (−1)    |
+//! | filter OUTPUT       | `npg-filter-OUTPUT`     | output      | filter − 1 (−1)    |
+//! | raw OUTPUT          | `npg-raw-OUTPUT`        | output      | raw − 1 (−301)     |
 //!
 //! So our chains see a packet before iptables-nft's (kube-proxy's, docker's) chains of the
 //! same stage, and the pre-DNAT chain runs after connection tracking (−200) and before DNAT
@@ -27,7 +28,7 @@ use crate::ruleset::{
     Action, Chain, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side,
     Table,
 };
-use crate::ruleset::{DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
+use crate::ruleset::{CHAIN_PREFIX, DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
 use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 
 /// The name of our table in every family.
@@ -43,14 +44,56 @@ pub fn family_name(family: IpFamily) -> &'static str {
     }
 }
 
-/// The nft chain holding one of our iptables-shaped chains.
-pub fn chain_name(table: Table, chain: &str) -> String {
-    format!("{table}-{chain}")
+/// The letter of an iptables table in the names of our nft chains.
+fn table_letter(table: Table) -> char {
+    match table {
+        Table::Raw => 'r',
+        Table::Mangle => 'm',
+        Table::Filter => 'f',
+    }
 }
 
-/// The base chain standing for a kernel chain's hook.
+/// The nft chain holding one of our iptables-shaped chains: `npg-pi-m` of mangle is
+/// `npg-m-pi-m`. A name that is not ours (see [`split_chain_name`]) stays as it is.
+pub fn chain_name(table: Table, chain: &str) -> String {
+    match chain.strip_prefix(CHAIN_PREFIX) {
+        Some(rest) => format!("{CHAIN_PREFIX}{}-{rest}", table_letter(table)),
+        None => chain.to_owned(),
+    }
+}
+
+/// The base chain standing for a kernel chain's hook: `npg-mangle-PREROUTING`.
 pub fn base_chain_name(table: Table, kernel_chain: &str) -> String {
-    format!("{table}-{kernel_chain}")
+    format!("{CHAIN_PREFIX}{table}-{kernel_chain}")
+}
+
+/// The kernel chains whose hooks our base chains stand for.
+pub const KERNEL_CHAINS: [&str; 4] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT"];
+
+/// The inverse of [`chain_name`] and [`base_chain_name`]: the table and our chain name (or
+/// the kernel chain, for a base chain). A name of neither form (an older release's
+/// `mangle-npg-pi-m`, or one written by hand) is filed under filter as it is, so that a plan
+/// removes it.
+pub fn split_chain_name(name: &str) -> (Table, String) {
+    if let Some(rest) = name.strip_prefix(CHAIN_PREFIX) {
+        for table in Table::ALL {
+            if let Some(kernel_chain) = rest.strip_prefix(table.as_str())
+                && let Some(kernel_chain) = kernel_chain.strip_prefix('-')
+            {
+                return (table, kernel_chain.to_owned());
+            }
+        }
+    }
+    for table in Table::ALL {
+        if let Some(rest) = name
+            .strip_prefix(CHAIN_PREFIX)
+            .and_then(|rest| rest.strip_prefix(table_letter(table)))
+            .and_then(|rest| rest.strip_prefix('-'))
+        {
+            return (table, format!("{CHAIN_PREFIX}{rest}"));
+        }
+    }
+    (Table::Filter, name.to_owned())
 }
 
 /// Hook and priority of the base chain for a kernel chain of a table.
