@@ -18,6 +18,15 @@ use crate::model::{Direction, IpFamily};
 pub const CHAIN_PREFIX: &str = "npg-";
 /// Prefix of every ipset we own.
 pub const SET_PREFIX: &str = "npg";
+
+/// Whether an ipset is ours: `npg4-…` and `npg6-…` (see `compile::names`), or `npg-tmp-…`, the
+/// name a set is rebuilt under before it is swapped in. Another program's `npgx` or
+/// `npg-mine` is not.
+pub fn is_our_set(name: &str) -> bool {
+    ["npg4-", "npg6-", "npg-tmp-"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
 /// Longest chain name we write: two under the 28 characters iptables accepts and the contract
 /// promises, so that the nftables backend's names, which carry the table's letter
 /// (`npg-m-pi-…`), keep within 28 too.
@@ -470,6 +479,11 @@ pub fn kernel_chains(table: Table) -> &'static [&'static str] {
 /// Longest comment (and NFLOG prefix) any backend writes before its own limit cuts it: the
 /// iptables `comment` match keeps 255 characters.
 pub const MAX_COMMENT: usize = 255;
+
+/// Longest words after the hash in a rule's comment that every backend keeps whole: nftables
+/// keeps 127 characters of a comment, of which `npg:`, the 16 characters of the hash and a
+/// space come first.
+pub const MAX_RULE_WORDS: usize = 127 - 21;
 
 /// Bytes of each packet NFLOG copies: enough for the IP and TCP/UDP headers.
 pub const NFLOG_SIZE: u32 = 80;

@@ -300,6 +300,9 @@ fn install_foreign_state(lab: &Lab) {
     let node = lab.node();
     node.exec_ok("ipset", &["create", "user-set", "hash:ip"]);
     node.exec_ok("ipset", &["add", "user-set", "192.0.2.99"]);
+    // A name that starts like ours but is not one of ours (`npg4-…`, `npg6-…`).
+    node.exec_ok("ipset", &["create", "npgx-notours", "hash:ip"]);
+    node.exec_ok("ipset", &["add", "npgx-notours", "192.0.2.98"]);
 }
 
 /// Policies that make nodeport-guard use mangle, filter INPUT/FORWARD/OUTPUT
@@ -357,11 +360,12 @@ fn nft_ruleset(lab: &Lab) -> String {
 
 /// nodeport-guard never changes what it does not own: with kube-proxy's
 /// nat chains, docker's DOCKER-USER, the operator's rules in mangle,
-/// filter and raw (IPv4 and IPv6) and a foreign ipset in place, the
-/// foreign part of `iptables-save`, `ip6tables-save` and `ipset save` is
+/// filter and raw (IPv4 and IPv6) and foreign ipsets in place (one named
+/// `npgx-notours`: like ours, but not `npg4-…` or `npg6-…`), the foreign
+/// part of `iptables-save`, `ip6tables-save` and `ipset save` is
 /// byte-identical after `apply`; after `cleanup` the whole state (and
-/// `nft list ruleset`) is byte-identical to before, with nothing named
-/// `npg` left; a second `cleanup` finds nothing and exits 0.
+/// `nft list ruleset`) is byte-identical to before, with nothing of ours
+/// left; a second `cleanup` finds nothing and exits 0.
 fn foreign_rules_chains_and_sets_survive_apply_and_cleanup(backend: Backend) {
     let lab = Lab::new(backend);
     install_foreign_state(&lab);

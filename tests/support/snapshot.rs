@@ -51,7 +51,7 @@ impl Snapshot {
     pub fn foreign(&self) -> Snapshot {
         Snapshot {
             nft: String::new(),
-            ..self.filter(|line| !line.contains("npg"))
+            ..self.filter(|line| !mentions_ours(line))
         }
     }
 
@@ -60,7 +60,7 @@ impl Snapshot {
     pub fn ours(&self) -> Snapshot {
         Snapshot {
             nft: self.nft.clone(),
-            ..self.filter(|line| line.contains("npg"))
+            ..self.filter(mentions_ours)
         }
     }
 
@@ -412,4 +412,13 @@ pub fn nft_chain(table: &str, chain: &str) -> String {
         .strip_prefix("npg-")
         .unwrap_or_else(|| panic!("{chain} is not one of our chains"));
     format!("npg-{letter}-{rest}")
+}
+
+/// Whether a line of `iptables-save` or `ipset save` mentions one of our chains or sets
+/// (`npg-…`, `npg4-…`, `npg6-…`) or carries our comment (`npg:…`); another program's `npgx`
+/// set is not ours.
+fn mentions_ours(line: &str) -> bool {
+    ["npg-", "npg4-", "npg6-", "npg:"]
+        .iter()
+        .any(|mark| line.contains(mark))
 }

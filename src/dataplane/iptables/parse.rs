@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use crate::dataplane::ObserveError;
 use crate::model::IpFamily;
-use crate::ruleset::{CHAIN_PREFIX, SET_PREFIX, Table};
+use crate::ruleset::{CHAIN_PREFIX, Table, is_our_set};
 use crate::state::{Counters, HookRule, RuleLine, SetState, State, TableKey, TableState};
 
 /// The hash in a rule's `npg:` comment, if it has one.
@@ -146,7 +146,7 @@ pub fn parse_ipset_save(text: &str, state: &mut State) {
         let mut words = line.split_whitespace();
         match words.next() {
             Some("create") => {
-                let Some(name) = words.next().filter(|name| name.starts_with(SET_PREFIX)) else {
+                let Some(name) = words.next().filter(|name| is_our_set(name)) else {
                     continue;
                 };
                 let kind = words.next().unwrap_or_default().to_owned();
