@@ -137,6 +137,53 @@ fn a_foreign_flush_is_repaired_within_a_second(backend: Backend) {
 }
 backend_tests!(a_foreign_flush_is_repaired_within_a_second);
 
+/// With a policy that expires in the directory, the daemon wakes at least once a second to
+/// look at the clock; a flush is still repaired within a second, every time. (The legacy poll
+/// once took the tables as such a wake found them for the state it expects, so a flush made
+/// before the wake and after the poll's last reading stood until the resync, 90 s.)
+fn a_flush_is_repaired_within_a_second_while_a_policy_waits_to_expire(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let tomorrow = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24);
+    guard.write_policy(
+        "vendor.yaml",
+        &format!(
+            "apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: vendor-until-tomorrow
+  annotations:
+    nodeport-guard.io/expires: \"{tomorrow}\"
+spec:
+  order: 1
+  preDNAT: true
+  applyOnForward: true
+  ingress:
+    - action: Allow
+      source:
+        nets: [203.0.113.77/32]
+"
+        ),
+    );
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = guard.our_rules_and_members();
+    for round in 0..8 {
+        repaired_within_a_second(&daemon, &format!("{backend} round {round}"), || {
+            foreign_flush(&lab)
+        });
+        assert_eq!(
+            guard.our_rules_and_members(),
+            applied,
+            "{backend} round {round}"
+        );
+        // The rate limit's tokens come back (one a second), and the flushes land at other
+        // moments of the daemon's once-a-second wake.
+        std::thread::sleep(Duration::from_millis(1300));
+    }
+}
+backend_tests!(a_flush_is_repaired_within_a_second_while_a_policy_waits_to_expire);
+
 /// Runs `change` and waits for the daemon's `drift repaired` line: written within a second of
 /// the moment `change` returned (the time stamp of the line, written after the write was read
 /// back and checked). Returns the line.

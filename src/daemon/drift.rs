@@ -143,20 +143,51 @@ impl Watch {
         }
     }
 
-    /// Looks for changes to `applied` from now on. Called after every check: for
-    /// iptables-legacy it also reads the digest of our tables as the check left them, the
-    /// baseline of the poll. After a check that wrote, that reading may already hold another
-    /// program's next change (one that deletes our jump each time we put it back), so the next
-    /// poll asks for one more check, which finds our cached view when only we wrote.
-    pub fn follow(&mut self, applied: &Arc<State>, metrics: &super::metrics::Shared) {
-        if !self
+    /// iptables-legacy: the digest of our tables now, taken before an event is handled (see
+    /// [`Watch::follow`]); `None` with another watch or when they cannot be read.
+    pub fn reading(&self) -> Reading {
+        if self.mode != "poll" {
+            return Reading(None);
+        }
+        let tables = self
+            .interest
+            .lock()
+            .map(|interest| interest.shared_tables.clone())
+            .unwrap_or_default();
+        Reading(poll_digest(&tables))
+    }
+
+    /// Looks for changes to `applied` from now on. Called after every handled event, with the
+    /// [`Watch::reading`] taken before it and whether it reconciled the kernel. For
+    /// iptables-legacy this sets what the poll expects ([`next_expectation`]): the reading
+    /// before the event once the event found the kernel as `applied` says, so that a change
+    /// made while the event was handled (after its own reading of the kernel) is seen by the
+    /// next poll rather than taken for the state the event left. When `applied` has rules in
+    /// other tables than the reading covered (at start, none), those are read after the event.
+    pub fn follow(
+        &mut self,
+        applied: &Arc<State>,
+        metrics: &super::metrics::Shared,
+        before: Reading,
+        reconciled: bool,
+    ) {
+        let mut before = before;
+        let replaced = !self
             .from
             .as_ref()
-            .is_some_and(|from| Arc::ptr_eq(from, applied))
-        {
+            .is_some_and(|from| Arc::ptr_eq(from, applied));
+        if replaced {
             let interest = interest(self.backend, applied);
             if let Ok(mut shared) = self.interest.lock() {
+                if shared.shared_tables != interest.shared_tables {
+                    // The reading before the event is of other tables (none, at start): read
+                    // the new ones now.
+                    before = Reading(None);
+                }
                 *shared = interest;
+            }
+            if before.0.is_none() {
+                before = self.reading();
             }
             let sizes = applied
                 .sets
@@ -175,21 +206,37 @@ impl Watch {
                 + metrics.drift_repairs.resync
         });
         if self.mode == "poll" {
-            let tables = self
-                .interest
-                .lock()
-                .map(|interest| interest.shared_tables.clone())
-                .unwrap_or_default();
-            let digest = poll_digest(&tables);
             let wrote = self.writes.is_some_and(|before| before != writes);
             if let Ok(mut baseline) = self.baseline.lock() {
-                *baseline = match digest {
-                    Some(now) if !wrote => Some(Expect::Digest(now)),
-                    _ => Some(Expect::Check),
-                };
+                *baseline = next_expectation(*baseline, before, wrote, reconciled || replaced);
             }
         }
         self.writes = Some(writes);
+    }
+}
+
+/// The poll's reading of our x_tables before an event is handled (see [`Watch::reading`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading(Option<u128>);
+
+/// What the poll expects after an event, from what it expected before (`old`), its reading
+/// before the event, whether the event wrote, and whether it reconciled the kernel (or
+/// applied other rules). After a write nothing is certain: the next poll asks for a check,
+/// which finds the daemon's cached view when only its own write moved the tables. After a
+/// reconcile that wrote nothing, the tables were as applied when the event read them, so at
+/// the reading before it (a change made meanwhile is in the kernel's reading, which the event
+/// saw, or after it, which the next poll sees). After an event that did not look at the kernel
+/// (files unchanged, say), the expectation stays: the event proved nothing.
+fn next_expectation(
+    old: Option<Expect>,
+    before: Reading,
+    wrote: bool,
+    reconciled: bool,
+) -> Option<Expect> {
+    match (before.0, wrote, reconciled) {
+        (_, true, _) | (None, _, _) => Some(Expect::Check),
+        (Some(digest), false, true) => Some(Expect::Digest(digest)),
+        (Some(_), false, false) => old.or(Some(Expect::Check)),
     }
 }
 
@@ -326,7 +373,7 @@ fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
                 let Ok(mut now) = ipset_sizes::set_sizes() else {
                     continue;
                 };
-                now.retain(|name, _| name.starts_with(crate::ruleset::SET_PREFIX));
+                now.retain(|name, _| crate::ruleset::is_our_set(name));
                 if now == expected {
                     reported = None;
                     continue;
@@ -439,6 +486,34 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_poll_expects_the_reading_taken_before_a_reconcile_that_wrote_nothing() {
+        let (old, before) = (Some(Expect::Digest(1)), Reading(Some(2)));
+        // A check found the tables as applied when it read them: whatever changed after its
+        // reading (the tables now read 3, say) differs from 2 and is seen by the next poll.
+        assert_eq!(
+            next_expectation(old, before, false, true),
+            Some(Expect::Digest(2))
+        );
+        // A write, or other rules applied: one more check.
+        assert_eq!(
+            next_expectation(old, before, true, true),
+            Some(Expect::Check)
+        );
+        // An event that did not look at the kernel proves nothing: a change the poll has not
+        // read yet must still differ from what it expects.
+        assert_eq!(next_expectation(old, before, false, false), old);
+        assert_eq!(
+            next_expectation(Some(Expect::Check), before, false, false),
+            Some(Expect::Check)
+        );
+        // Tables that could not be read: a check.
+        assert_eq!(
+            next_expectation(old, Reading(None), false, true),
+            Some(Expect::Check)
+        );
+    }
 
     #[test]
     fn a_burst_of_notices_is_one_check_after_the_settle() {

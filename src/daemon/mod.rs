@@ -184,9 +184,10 @@ async fn run_loop(
         drift_watch = drift_watch.mode,
         "nodeport-guard daemon starting"
     );
-    daemon.handle(Event::Resync);
+    let before = drift_watch.reading();
+    let reconciled = daemon.handle(Event::Resync);
     if let Some(applied) = daemon.applied_state() {
-        drift_watch.follow(applied, &daemon.metrics);
+        drift_watch.follow(applied, &daemon.metrics, before, reconciled);
     }
     crate::system::runtime::release_free_memory();
     let _ = sd_notify::notify(&[
@@ -213,7 +214,7 @@ async fn run_loop(
         let policies_deadline = file_events.due();
         let expiry_wait = daemon.expiry.wait();
         let drift_deadline = drift_checks.due();
-        tokio::select! {
+        let event = tokio::select! {
             Some(event) = events.recv() => {
                 let now = tokio::time::Instant::now();
                 match event {
@@ -242,22 +243,23 @@ async fn run_loop(
                 file_events.fired();
                 prepare_at = None;
                 watcher.refresh();
-                daemon.handle(Event::PoliciesChanged);
+                Event::PoliciesChanged
             }
             () = sleep_until(address_deadline) => {
                 pending_addresses = None;
-                daemon.handle(Event::AddressesChanged);
+                Event::AddressesChanged
             }
             () = sleep_until(expiry_wait.map(|wait| tokio::time::Instant::now() + wait)) => {
                 // The wall clock is looked at again: the sleep may have been cut short (at
                 // most a second) or stretched by a suspend.
-                if daemon.expiry.due() {
-                    daemon.handle(Event::Expired);
+                if !daemon.expiry.due() {
+                    continue;
                 }
+                Event::Expired
             }
             () = sleep_until(drift_deadline) => {
                 match drift_checks.fire(tokio::time::Instant::now()) {
-                    Some(drift::Fire::Check(trigger)) => daemon.handle(Event::Drift(trigger)),
+                    Some(drift::Fire::Check(trigger)) => Event::Drift(trigger),
                     Some(drift::Fire::Limited { first }) => {
                         drift::limited(&daemon.metrics, first);
                         continue;
@@ -268,21 +270,27 @@ async fn run_loop(
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
                 watcher.refresh();
-                daemon.handle(Event::Reload);
+                Event::Reload
             }
             _ = resync.tick() => {
                 // A directory recreated while its parent could not be watched is found here.
                 watcher.refresh();
-                daemon.handle(Event::Resync);
+                Event::Resync
             }
             _ = watchdog.tick(), if watchdog_every.is_some() => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                continue;
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
-        }
+        };
+        // The drift watch's reading before the event is handled: what follows compares the
+        // kernel with it, so a change made while the event is handled is never taken for the
+        // state the handling left.
+        let before = drift_watch.reading();
+        let reconciled = daemon.handle(event);
         if let Some(applied) = daemon.applied_state() {
-            drift_watch.follow(applied, &daemon.metrics);
+            drift_watch.follow(applied, &daemon.metrics, before, reconciled);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::release_free_memory();

@@ -148,13 +148,16 @@ impl Daemon {
         Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
     }
 
-    /// Handles one event: computes what it comes to, then reports that.
-    pub(super) fn handle(&mut self, event: Event) {
+    /// Handles one event: computes what it comes to, then reports that. Returns whether the
+    /// kernel was reconciled with the policies (read, and found or made as they say).
+    pub(super) fn handle(&mut self, event: Event) -> bool {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.heartbeat = Some(Instant::now());
         }
         let outcome = self.reload(event);
+        let reconciled = matches!(outcome, Outcome::Applied(_));
         self.report(event, outcome);
+        reconciled
     }
 
     /// Does ahead what the reload at the end of the debounce will do before it reads the
