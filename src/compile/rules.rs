@@ -85,14 +85,30 @@ pub fn shorten_prefix(prefix: String) -> String {
     format!("{head}{middle}_{tail}")
 }
 
-/// The words every kernel rule of a policy rule carries.
+/// The words every kernel rule of a policy rule carries: `[staged ]policy <name> <direction>
+/// rule <index>`, then the rule's annotations. A name too long for the words to fit in
+/// [`crate::ruleset::MAX_RULE_WORDS`] keeps its start, then `_` and a hash of the whole name,
+/// so that every backend keeps the rule's index and two long names stay apart.
 pub fn rule_comment(
     policy: &str,
     direction: Direction,
     index: usize,
+    staged: bool,
     annotations: &[(String, String)],
 ) -> String {
-    let mut comment = format!("policy {policy} {direction} rule {index}");
+    let kind = if staged { "staged policy" } else { "policy" };
+    let tail = format!(" {direction} rule {index}");
+    let room = crate::ruleset::MAX_RULE_WORDS.saturating_sub(kind.len() + 1 + tail.len());
+    let mut comment = format!("{kind} ");
+    if policy.chars().count() <= room {
+        comment.push_str(policy);
+    } else {
+        const HASH: usize = 8;
+        comment.extend(policy.chars().take(room.saturating_sub(HASH + 1)));
+        comment.push('_');
+        comment.push_str(&super::names::hash(policy)[..HASH]);
+    }
+    comment.push_str(&tail);
     for (key, value) in annotations {
         comment.push_str(&format!("; {key}={value}"));
     }
@@ -225,19 +241,17 @@ pub fn compile_rule(
 
 impl<'r, 'c> RuleScope<'r, 'c> {
     fn new(rule: &'r model::Rule, index: usize, context: &'r RuleContext<'c>) -> Self {
-        let mut comment = rule_comment(
+        let comment = rule_comment(
             context.policy,
             context.direction,
             index,
+            context.staged,
             &rule
                 .annotations
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect::<Vec<_>>(),
         );
-        if context.staged {
-            comment.insert_str(0, "staged ");
-        }
         RuleScope {
             rule,
             index,
@@ -774,6 +788,30 @@ pub fn mark_clear(bits: u32) -> Match {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_policy_name_leaves_room_for_the_rule_index() {
+        let short = rule_comment("web", Direction::Ingress, 3, false, &[]);
+        assert_eq!(short, "policy web ingress rule 3");
+        let long = "a".repeat(250);
+        let other = format!("{}b", "a".repeat(249));
+        for staged in [false, true] {
+            let words = rule_comment(&long, Direction::Egress, 12, staged, &[]);
+            assert!(words.len() <= crate::ruleset::MAX_RULE_WORDS, "{words}");
+            assert!(words.ends_with(" egress rule 12"), "{words}");
+            assert!(words.contains("policy aaaaaaaaaa"), "{words}");
+            assert_ne!(
+                words,
+                rule_comment(&other, Direction::Egress, 12, staged, &[])
+            );
+        }
+        // A name that fits is written whole, up to the last character that fits.
+        let fits = "n".repeat(crate::ruleset::MAX_RULE_WORDS - "policy  ingress rule 0".len());
+        assert_eq!(
+            rule_comment(&fits, Direction::Ingress, 0, false, &[]),
+            format!("policy {fits} ingress rule 0")
+        );
+    }
 
     fn ports(list: &[(u16, u16)]) -> Vec<PortRange> {
         list.iter()

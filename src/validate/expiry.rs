@@ -67,13 +67,51 @@ pub(super) fn check_expiry(
     })
 }
 
-/// An RFC 3339 time with an offset (`Z` or `±hh:mm`), and nothing more: no time zone name in
-/// brackets, no missing offset.
+/// An RFC 3339 time with an offset (`Z` or `±hh:mm`), and nothing more: RFC 3339's
+/// `date-time` shape exactly (`YYYY-MM-DDThh:mm:ss`, an optional `.` fraction, the offset), so
+/// none of the other ISO 8601 forms jiff also reads (no seconds, `+0100`, basic format, a
+/// comma fraction, a time zone name in brackets); then jiff checks the values.
 pub fn parse_time(text: &str) -> Option<jiff::Timestamp> {
-    if text.contains('[') || !text.contains(['T', 't']) {
-        return None;
+    is_rfc3339_shape(text).then(|| text.parse().ok()).flatten()
+}
+
+/// Whether `text` has the shape of RFC 3339's `date-time` (section 5.6).
+fn is_rfc3339_shape(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        bytes
+            .get(range)
+            .is_some_and(|part| part.iter().all(u8::is_ascii_digit))
+    };
+    let at = |index: usize, allowed: &[u8]| bytes.get(index).is_some_and(|b| allowed.contains(b));
+    // full-date "T" partial-time, without the fraction: `2026-12-05T18:00:00`.
+    let date_time = digits(0..4)
+        && at(4, b"-")
+        && digits(5..7)
+        && at(7, b"-")
+        && digits(8..10)
+        && at(10, b"Tt")
+        && digits(11..13)
+        && at(13, b":")
+        && digits(14..16)
+        && at(16, b":")
+        && digits(17..19);
+    if !date_time {
+        return false;
     }
-    text.parse().ok()
+    let mut rest = &bytes[19..];
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let count = fraction.iter().take_while(|b| b.is_ascii_digit()).count();
+        if count == 0 {
+            return false;
+        }
+        rest = &fraction[count..];
+    }
+    match rest {
+        [b'Z' | b'z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|b| b.is_ascii_digit()),
+        _ => false,
+    }
 }
 
 fn time_help(text: &str) -> String {
@@ -208,4 +246,43 @@ pub fn human_duration(duration: jiff::SignedDuration) -> String {
         }
     }
     parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn only_rfc_3339_times_with_an_offset_are_read() {
+        for good in [
+            "2027-12-05T18:00:00Z",
+            "2027-12-05T18:00:00+01:00",
+            "2027-12-05t18:00:00.250-05:30",
+            "2027-12-05T18:00:00.5z",
+        ] {
+            assert!(parse_time(good).is_some(), "{good}");
+        }
+        assert_eq!(
+            parse_time("2027-12-05T18:00:00+01:00"),
+            parse_time("2027-12-05T17:00:00Z")
+        );
+        for bad in [
+            "2027-12-05T18:00:00+0100",
+            "2027-12-05T18:00:00+01",
+            "2027-12-05T18:00Z",
+            "2027-12-05T1800Z",
+            "20271205T180000Z",
+            "2027-12-05T18:00:00,5Z",
+            "2027-12-05T18:00:00.Z",
+            "2027-12-05T18:00:00",
+            "2027-12-05 18:00:00Z",
+            "2027-12-05",
+            "2027-12-05T18:00:00Z[Europe/Paris]",
+            "2027-13-05T18:00:00Z",
+            "2027-12-05T18:00:00Z ",
+            "",
+        ] {
+            assert!(parse_time(bad).is_none(), "{bad}");
+        }
+    }
 }
