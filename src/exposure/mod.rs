@@ -413,6 +413,7 @@ fn rows(
             port: socket.port,
             address,
             forwarded: false,
+            translated: Vec::new(),
         });
         let owner = (!socket.processes.is_empty()).then(|| socket.processes.join(", "));
         exposed.push(Exposed {
@@ -569,7 +570,51 @@ fn dnat_port(dnat: &Dnat, own: &[IpAddr]) -> reach::Port {
         port: dnat.port,
         address,
         forwarded: !to_host,
+        translated: translations(&dnat.target),
     }
+}
+
+/// Most destinations of one published port the audit judges (see [`translations`]).
+const MAX_TRANSLATIONS: usize = 8;
+
+/// The destinations a DNAT's targets (`192.0.2.2:80, 192.0.2.3:80`, `[2001:db8::2]:80`,
+/// `192.0.2.2`, a REDIRECT's `:8080`, a range's `192.0.2.2:80-81` by its first port) send its
+/// packets to, each once: the address (`None`: unchanged) and the port (`None`: unchanged).
+/// The first [`MAX_TRANSLATIONS`] only: a Service's endpoints differ by address, which normal
+/// policy seldom looks at, and each one is a trace of every piece of the source space.
+fn translations(targets: &str) -> Vec<(Option<IpAddr>, Option<u16>)> {
+    let mut out = Vec::new();
+    for target in targets.split(", ").map(str::trim) {
+        if out.len() == MAX_TRANSLATIONS {
+            break;
+        }
+        let (address, port) = match target.rsplit_once(':') {
+            // `[v6]:port`, `v4:port`, `:port`; a bare IPv6 address has colons but no brackets.
+            Some((address, port)) if !address.contains(':') || address.ends_with(']') => {
+                (address, Some(port))
+            }
+            _ => (target, None),
+        };
+        let address = address.trim_start_matches('[').trim_end_matches(']');
+        let address = if address.is_empty() {
+            None
+        } else {
+            match address.parse::<IpAddr>() {
+                Ok(address) => Some(address),
+                // A target we cannot read: judge the packet as it arrives.
+                Err(_) => return Vec::new(),
+            }
+        };
+        let port = match port.map(|port| port.split('-').next().unwrap_or(port).parse::<u16>()) {
+            Some(Ok(port)) => Some(port),
+            Some(Err(_)) => return Vec::new(),
+            None => None,
+        };
+        if !out.contains(&(address, port)) {
+            out.push((address, port));
+        }
+    }
+    out
 }
 
 /// Most packets `plan`'s warning traces per set of policies (pieces of the source space

@@ -31,7 +31,7 @@ pub struct Reach {
 }
 
 /// A port packets from other hosts arrive for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Port {
     pub family: IpFamily,
     pub protocol: Transport,
@@ -42,6 +42,10 @@ pub struct Port {
     /// Whether packets for it are forwarded after DNAT (to a container or pod elsewhere)
     /// rather than taken by the host.
     pub forwarded: bool,
+    /// Where nat `PREROUTING` sends its packets, which filter `INPUT` or `FORWARD` then judges:
+    /// each target's address (`None`: the one the packet came to, as a REDIRECT does) and port
+    /// (`None`: the same). Empty for a socket: nothing translates its packets.
+    pub translated: Vec<(Option<IpAddr>, Option<u16>)>,
 }
 
 impl Port {
@@ -90,6 +94,28 @@ impl<'m> Reacher<'m> {
         }
     }
 
+    /// The verdicts on `packet`, once for each of the destinations nat `PREROUTING` may
+    /// translate it to (a service's endpoints: a source that one of them lets through reaches
+    /// the port), or once as it is.
+    fn verdicts(
+        &self,
+        packet: &Packet,
+        translated: &[(Option<IpAddr>, Option<u16>)],
+    ) -> Vec<Verdict> {
+        if translated.is_empty() {
+            return vec![self.evaluator.verdict(packet)];
+        }
+        translated
+            .iter()
+            .map(|&(address, port)| {
+                let mut after = packet.clone();
+                after.dst = address.unwrap_or(packet.dst);
+                after.dport = port.or(packet.dport);
+                self.evaluator.verdict_after_dnat(packet, &after)
+            })
+            .collect()
+    }
+
     /// Who may reach `port`.
     pub fn reach(&self, port: &Port) -> Reach {
         let arrivals = self.arrivals(port.family, port.address);
@@ -113,12 +139,13 @@ impl<'m> Reacher<'m> {
             let mut let_through = false;
             for (interface, dst) in &arrivals {
                 let packet = port.packet(address_of(port.family, start), interface, *dst);
-                let verdict = self.evaluator.verdict(&packet);
-                if verdict.outcome == Outcome::Dropped {
-                    once(&mut drops, &verdict);
-                } else {
-                    let_through = true;
-                    once(&mut allows, &verdict);
+                for verdict in self.verdicts(&packet, &port.translated) {
+                    if verdict.outcome == Outcome::Dropped {
+                        once(&mut drops, &verdict);
+                    } else {
+                        let_through = true;
+                        once(&mut allows, &verdict);
+                    }
                 }
             }
             if let_through {

@@ -333,6 +333,79 @@ fn a_redirect_is_judged_as_the_host_taking_the_packet() {
     );
 }
 
+/// Normal ingress policy judges a published port as filter `INPUT` sees it: after nat
+/// `PREROUTING`'s DNAT or REDIRECT, at the target's port.
+#[test]
+fn normal_policy_judges_a_port_published_to_the_host_itself_after_its_translation() {
+    const ALLOW_9002: &str = "\
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: host-in
+spec:
+  selector: all()
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        nets: [203.0.113.5/32]
+      destination:
+        ports: [9002, 8080]
+";
+    let (found, notes) = xtables::parse_nat(
+        "*nat
+-A PREROUTING -p tcp -m tcp --dport 30095 -j DNAT --to-destination 198.51.100.1:9002
+-A PREROUTING -p tcp -m tcp --dport 7795 -j REDIRECT --to-ports 9002
+-A PREROUTING -p tcp -m tcp --dport 8080 -j DNAT --to-destination 198.51.100.1:30081
+COMMIT
+",
+        IpFamily::V4,
+    );
+    assert!(notes.is_empty(), "{notes:?}");
+    let inventory = Inventory {
+        sockets: Vec::new(),
+        dnat: found,
+        notes: Vec::new(),
+    };
+    let exposed = assess(
+        &inventory,
+        &model(ALLOW_9002),
+        &Config::default(),
+        &golden_host(),
+    );
+    let reach = |port: u16| {
+        let entry = exposed
+            .iter()
+            .find(|entry| entry.port == port)
+            .unwrap_or_else(|| panic!("port {port} is listed"));
+        (entry.reachable_from, entry.allowed.clone())
+    };
+    let only = vec!["203.0.113.5/32".parse::<IpNet>().expect("net")];
+    // 9002 after the DNAT and after the REDIRECT: what the policy allows.
+    assert_eq!(reach(30095), (Reachable::Some, only.clone()));
+    assert_eq!(reach(7795), (Reachable::Some, only));
+    // 8080 is allowed, but INPUT sees 30081, which is not.
+    assert_eq!(reach(8080), (Reachable::Nobody, Vec::new()));
+}
+
+#[test]
+fn dnat_targets_read_as_addresses_and_ports() {
+    let v4 = |text: &str| text.parse::<IpAddr>().ok();
+    assert_eq!(
+        translations("192.0.2.2:80, 192.0.2.3:80, 192.0.2.2:80"),
+        [(v4("192.0.2.2"), Some(80)), (v4("192.0.2.3"), Some(80))]
+    );
+    assert_eq!(translations(":8080"), [(None, Some(8080))]);
+    assert_eq!(translations("192.0.2.2"), [(v4("192.0.2.2"), None)]);
+    assert_eq!(
+        translations("[2001:db8::2]:80-81"),
+        [(v4("2001:db8::2"), Some(80))]
+    );
+    assert_eq!(translations("2001:db8::2"), [(v4("2001:db8::2"), None)]);
+    assert_eq!(translations("somewhere:80"), []);
+}
+
 #[test]
 fn port_sets_merge_intersect_and_parse_as_iptables_prints_them() {
     let set = |text: &str| PortSet::parse_xtables(text).expect(text);

@@ -80,6 +80,15 @@ impl<'m> Evaluator<'m> {
         self.tracer(packet, false).run(self.host).verdict
     }
 
+    /// The verdict on `packet` when nat `PREROUTING` sends it on as `translated` (a DNAT or
+    /// REDIRECT: another destination address or port): raw and mangle judge `packet`, filter
+    /// `INPUT` or `FORWARD` judges `translated`, as the kernel does.
+    pub fn verdict_after_dnat(&self, packet: &Packet, translated: &Packet) -> Verdict {
+        let mut tracer = self.tracer(packet, false);
+        tracer.after_dnat = Some(translated);
+        tracer.run(self.host).verdict
+    }
+
     fn tracer<'t>(&'t self, packet: &'t Packet, account: bool) -> Tracer<'t> {
         let family = packet.family();
         Tracer {
@@ -96,6 +105,7 @@ impl<'m> Evaluator<'m> {
             logs: Vec::new(),
             decision: None,
             judged_in_raw: false,
+            after_dnat: None,
         }
     }
 }
@@ -114,6 +124,11 @@ impl Tracer<'_> {
                     if self.dropped() {
                         break;
                     }
+                }
+                if hook.table == "filter"
+                    && let Some(translated) = self.after_dnat
+                {
+                    self.packet = translated;
                 }
                 let stage = self.stage(&hook);
                 stages.extend(stage);
@@ -267,6 +282,9 @@ struct Tracer<'a> {
     decision: Option<Verdict>,
     /// Whether the early drop judged this TCP SYN in raw and let it on (mangle returns it).
     judged_in_raw: bool,
+    /// The packet as nat `PREROUTING` leaves it, which filter judges (see
+    /// [`Evaluator::verdict_after_dnat`]).
+    after_dnat: Option<&'a Packet>,
 }
 
 impl Tracer<'_> {
