@@ -421,6 +421,50 @@ fn nothing_applied_is_open_to_anyone_and_deny_all_leaves_only_failsafe_ports(bac
 }
 backend_tests!(nothing_applied_is_open_to_anyone_and_deny_all_leaves_only_failsafe_ports);
 
+/// Deny-all applied, then another program deletes our IPv4 table (nftables; the IPv6 one
+/// stays): the IPv4 ports are reachable by anyone again, as a client finds, and `exposure`
+/// says so with a note, while the IPv6 ones are still judged under the policies.
+#[test]
+fn a_family_whose_rules_were_deleted_is_open_to_anyone() {
+    support::require_kernel!();
+    let lab = exposed_lab(Backend::Nftables);
+    let guard = Guard::new(&lab);
+    guard.write_policy("deny-all.yaml", nodeport_guard::fixtures::DENY_ALL);
+    guard.apply();
+    lab.node()
+        .exec_ok("nft", &["delete", "table", "ip", "nodeport_guard"]);
+    let out = guard.run_expect(&["exposure", "--json", "--detailed-exitcode"], 2);
+    let document: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(document["evaluatedAgainst"], "applied", "{out}");
+    let notes = document["notes"].to_string();
+    assert!(
+        notes.contains("nothing of nodeport-guard for IPv4"),
+        "{out}"
+    );
+    let ports = ports_of(&document);
+    let v4 = entry(&ports, &format!("dnat ipv4 tcp/{}", ports::NODEPORT));
+    assert_eq!(v4["reachableFrom"], "anyone", "{v4}");
+    let v6: Vec<&Value> = ports
+        .iter()
+        .filter(|(key, _)| key.contains("ipv6") && !key.ends_with(&format!("/{SSH}")))
+        .map(|(_, port)| port)
+        .collect();
+    assert!(!v6.is_empty(), "{ports:?}");
+    assert!(
+        v6.iter().all(|port| port["reachableFrom"] == "nobody"),
+        "{ports:?}"
+    );
+    check_reachability(
+        &lab,
+        "IPv4 table deleted",
+        &[open(
+            addr::CLIENT_V4[0],
+            sa(addr::NODE_V4, ports::NODEPORT),
+            replies::NODEPORT_TARGET,
+        )],
+    );
+}
+
 /// Hand-written published ports beyond one port per rule (`tests/data/exposure/handmade*`, in
 /// the backend's firewall mode): a DNAT of a multiport list (an nftables anonymous set) and of
 /// a range to the container, a REDIRECT of one port to the node's server and of a list (a

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 
 use crate::dataplane::Host;
 use crate::exposure::{self, Exposed, Reachable, Via};
-use crate::model::Model;
+use crate::model::{IpFamily, Model};
 use crate::policy_set;
 use crate::settings::Settings;
 use crate::system::host::host_facts;
@@ -73,9 +73,9 @@ impl Basis {
     }
 }
 
-/// Whether the kernel holds anything of ours, read with the backend the settings choose (with
-/// `auto`, the one our chains are in).
-fn kernel_holds_ours(settings: &Settings, runner: &dyn Host) -> Result<bool> {
+/// The families the kernel holds anything of ours in, read with the backend the settings
+/// choose (with `auto`, the one our chains are in).
+fn families_holding_ours(settings: &Settings, runner: &dyn Host) -> Result<Vec<IpFamily>> {
     let engine = crate::engine::Engine::new(settings, runner);
     let observed = engine.observe().with_context(|| {
         format!(
@@ -83,18 +83,51 @@ fn kernel_holds_ours(settings: &Settings, runner: &dyn Host) -> Result<bool> {
             engine.backend()
         )
     })?;
-    Ok(!observed.is_empty())
+    Ok(IpFamily::BOTH
+        .into_iter()
+        .filter(|family| {
+            observed
+                .tables
+                .iter()
+                .any(|(key, table)| key.family == *family && !table.is_empty())
+                || observed.sets.values().any(|set| set.family == *family)
+        })
+        .collect())
+}
+
+/// What the ports are judged under: the policies (none when nothing of ours is in the
+/// kernel), what they are, and the families the kernel holds rules of ours in.
+pub struct Judged {
+    /// The policies (none when nothing of ours is in the kernel).
+    pub model: Option<Model>,
+    /// What they are.
+    pub basis: Basis,
+    /// The families the kernel holds anything of ours in.
+    pub guarded: Vec<IpFamily>,
 }
 
 /// The policies to judge by and what they are: none when nothing of ours is in the kernel;
 /// else those last applied, else the files (printing their diagnostics; `Ok(None)` when they
 /// are invalid or missing).
-pub fn policies(settings: &Settings, runner: &dyn Host) -> Result<Option<(Option<Model>, Basis)>> {
+pub fn policies(settings: &Settings, runner: &dyn Host) -> Result<Option<Judged>> {
     let engine = crate::engine::Engine::new(settings, runner);
     let applied = engine.applied_model();
-    match basis(kernel_holds_ours(settings, runner)?, applied.is_some()) {
-        Basis::Nothing { recorded } => return Ok(Some((None, Basis::Nothing { recorded }))),
-        Basis::Applied => return Ok(Some((applied, Basis::Applied))),
+    let guarded = families_holding_ours(settings, runner)?;
+    match basis(!guarded.is_empty(), applied.is_some()) {
+        Basis::Nothing { recorded } => {
+            return Ok(Some(Judged {
+                model: None,
+                basis: Basis::Nothing { recorded },
+                guarded,
+            }));
+        }
+        Basis::Applied => {
+            return Ok(Some(Judged {
+                model: applied,
+                basis: Basis::Applied,
+                guarded,
+            }));
+        }
         Basis::Files => {}
     }
     let directory = &settings.config.policies_dir;
@@ -110,20 +143,48 @@ pub fn policies(settings: &Settings, runner: &dyn Host) -> Result<Option<(Option
         super::output::eprint_diagnostics(&set.diagnostics, &set.sources);
         return Ok(None);
     }
-    Ok(Some((Some(set.model), Basis::Files)))
+    Ok(Some(Judged {
+        model: Some(set.model),
+        basis: Basis::Files,
+        guarded,
+    }))
 }
 
 /// `exposure [--json] [--detailed-exitcode]`.
 pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -> Result<ExitCode> {
-    let Some((model, basis)) = policies(settings, runner)? else {
+    let Some(Judged {
+        model,
+        basis,
+        guarded,
+    }) = policies(settings, runner)?
+    else {
         return Ok(ExitCode::from(1));
     };
-    let inventory = exposure::scan::inventory(runner)?;
+    let mut inventory = exposure::scan::inventory(runner)?;
     let facts = host_facts(&settings.config);
+    // A family the host programs but the kernel holds nothing of ours in (its tables deleted
+    // or flushed by another program): nothing guards its ports.
+    let bare: Vec<IpFamily> = match &model {
+        Some(_) => facts
+            .families()
+            .into_iter()
+            .filter(|family| !guarded.contains(family))
+            .collect(),
+        None => Vec::new(),
+    };
+    let judged: Vec<IpFamily> = IpFamily::BOTH
+        .into_iter()
+        .filter(|family| !bare.contains(family))
+        .collect();
     let exposed = match &model {
-        Some(model) => exposure::assess(&inventory, model, &settings.config, &facts),
+        Some(model) => exposure::assess_in(&inventory, model, &settings.config, &facts, &judged),
         None => exposure::unguarded(&inventory, &settings.config, &facts),
     };
+    for family in bare {
+        inventory.notes.push(format!(
+            "the kernel holds nothing of nodeport-guard for {family}: its ports are reachable by anyone (`plan` shows what is missing, `apply` puts it back)"
+        ));
+    }
     for note in &inventory.notes {
         eprintln!("warning: {note}");
     }

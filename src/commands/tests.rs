@@ -734,10 +734,17 @@ fn the_rollback_watcher_takes_any_id_even_one_that_looks_like_an_option() {
 #[test]
 fn exposure_judges_by_what_the_kernel_holds_of_ours() {
     let judged = |harness: &Harness| {
-        let (model, basis) = exposure::policies(&harness.settings, &harness.kernel)
+        let judged = exposure::policies(&harness.settings, &harness.kernel)
             .expect("policies")
             .expect("something to judge by");
-        (model.is_some(), basis)
+        // The families holding rules of ours: none, or both.
+        assert_eq!(
+            judged.guarded.is_empty(),
+            judged.basis.as_str() == "nothing",
+            "{:?}",
+            judged.guarded
+        );
+        (judged.model.is_some(), judged.basis)
     };
     each_backend(|backend| {
         let mut harness = Harness::new(backend);

@@ -363,8 +363,26 @@ pub fn assess(
     config: &Config,
     host: &HostFacts,
 ) -> Vec<Exposed> {
+    assess_in(inventory, model, config, host, &IpFamily::BOTH)
+}
+
+/// [`assess`] where the kernel holds rules of ours in `guarded` families only: the ports of
+/// another family are [`unguarded`] (its tables were deleted or flushed by hand, say).
+pub fn assess_in(
+    inventory: &Inventory,
+    model: &Model,
+    config: &Config,
+    host: &HostFacts,
+    guarded: &[IpFamily],
+) -> Vec<Exposed> {
     let reacher = reach::Reacher::new(model, config, host);
-    rows(inventory, config, host, |port| reacher.reach(port))
+    rows(inventory, config, host, |port| {
+        if guarded.contains(&port.family) {
+            reacher.reach(port)
+        } else {
+            nothing_applied()
+        }
+    })
 }
 
 /// What decides a port when nothing of nodeport-guard is in the kernel, in words.
@@ -374,11 +392,16 @@ pub const NOTHING_APPLIED: &str = "nothing of nodeport-guard is in the kernel";
 /// the kernel: no rule of it drops anything, so each is reachable by anyone (as far as
 /// nodeport-guard is concerned), decided by [`NOTHING_APPLIED`]. In [`assess`]'s order.
 pub fn unguarded(inventory: &Inventory, config: &Config, host: &HostFacts) -> Vec<Exposed> {
-    rows(inventory, config, host, |_| reach::Reach {
+    rows(inventory, config, host, |_| nothing_applied())
+}
+
+/// Who may reach a port no rule of ours guards: anyone.
+fn nothing_applied() -> reach::Reach {
+    reach::Reach {
         reachable: Reachable::Anyone,
         allowed: Vec::new(),
         decided_by: vec![NOTHING_APPLIED.to_owned()],
-    })
+    }
 }
 
 /// The rows of [`assess`], with who may reach each port told by `reach`.
