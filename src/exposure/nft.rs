@@ -400,12 +400,15 @@ fn narrow(path: &mut Path, left: &Value, op: &str, right: &Value, sets: &Sets<'_
             _ => return Some(()),
         }
     }
-    if left
+    let meta = left
         .get("meta")
         .and_then(|m| m.get("key"))
-        .and_then(Value::as_str)
-        == Some("l4proto")
-    {
+        .and_then(Value::as_str);
+    // `iifname "lo"`: only the host's own packets to itself, never another host's.
+    if meta == Some("iifname") && op == "==" && scalar(right) == "lo" {
+        return None;
+    }
+    if meta == Some("l4proto") {
         return match Transport::parse(&scalar(right)) {
             Some(transport) => set(&mut path.protocol, transport),
             None if right.is_string() || right.is_number() => None,
@@ -520,7 +523,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn iptables_nft_tables_and_non_json_are_left_alone() {
+    fn iptables_nft_tables_loopback_rules_and_non_json_are_left_alone() {
         let json = r#"{"nftables": [
             {"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "type": "nat", "hook": "prerouting"}},
             {"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "expr": [
@@ -533,7 +536,11 @@ mod tests {
                 {"dnat": {"family": "ip", "addr": "192.0.2.2", "port": 2}}]}},
             {"rule": {"family": "inet", "table": "mine", "chain": "pre", "expr": [
                 {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 3}},
-                {"dnat": {"family": "ip6", "addr": "2001:db8::3", "port": 3}}]}}
+                {"dnat": {"family": "ip6", "addr": "2001:db8::3", "port": 3}}]}},
+            {"rule": {"family": "inet", "table": "mine", "chain": "pre", "expr": [
+                {"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": "lo"}},
+                {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 4}},
+                {"dnat": {"family": "ip6", "addr": "2001:db8::4", "port": 4}}]}}
         ]}"#;
         let (found, _) = parse_ruleset(json).expect("nft JSON");
         assert_eq!(

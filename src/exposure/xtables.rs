@@ -45,6 +45,8 @@ struct Rule {
     /// REDIRECT's `--to-ports`.
     to_ports: Option<String>,
     conditions: usize,
+    /// `-i lo`: only the host's own packets to itself, never another host's, match.
+    loopback_only: bool,
 }
 
 /// The DNAT rules reached from nat `PREROUTING` in `save` (the output of `iptables-save -t
@@ -94,6 +96,7 @@ fn parse_rule(text: &str) -> Rule {
         to_destination: None,
         to_ports: None,
         conditions: 0,
+        loopback_only: false,
     };
     let mut negated = false;
     let mut index = 0;
@@ -136,6 +139,10 @@ fn parse_rule(text: &str) -> Rule {
                     rule.destination = Some(Destination::Local);
                 }
             }
+            ("-i" | "--in-interface", Some("lo")) if !negated => {
+                rule.conditions += 1;
+                rule.loopback_only = true;
+            }
             ("--comment", Some(value)) => rule.comment = Some(value.to_owned()),
             ("-j" | "--jump" | "-g" | "--goto", Some(value)) => {
                 rule.target = Some(value.to_owned());
@@ -176,6 +183,9 @@ impl<'c> Walk<'c> {
             let target = rule.target.as_deref();
             if target == Some("RETURN") && rule.conditions == 0 {
                 break;
+            }
+            if rule.loopback_only {
+                continue;
             }
             let Some(next) = narrow(path, rule, name) else {
                 continue;
@@ -306,7 +316,9 @@ mod tests {
     #[test]
     fn port_lists_ranges_and_redirects_as_iptables_save_prints_them() {
         // As `iptables-save -t nat` prints them (iptables 1.8.9, legacy and nft alike).
+        // A rule for `-i lo` meets only the host's own packets: never published.
         let save = "*nat\n:PREROUTING ACCEPT [0:0]\n:PORTS - [0:0]\n\
+                    -A PREROUTING -i lo -p tcp -m tcp --dport 7778 -j DNAT --to-destination 192.0.2.71:80\n\
                     -A PREROUTING -p udp -m multiport --dports 5000:5002,6000 -j REDIRECT --to-ports 7000-7001\n\
                     -A PREROUTING -p tcp -m tcp --dport 1000:60000 -j DNAT --to-destination 192.0.2.3\n\
                     -A PREROUTING -p tcp -m multiport ! --dports 1,2 -j DNAT --to-destination 192.0.2.4\n\
