@@ -332,3 +332,29 @@ fn an_expired_resource_takes_no_part_in_the_checks_across_resources() {
     assert!(set.is_valid(), "{:?}", headlines(&set));
     assert!(!read(&text, "2026-11-30T00:00:00Z").is_valid());
 }
+
+#[test]
+fn what_is_wrong_with_a_resource_stops_mattering_when_it_expires() {
+    // An invalid port in a grant that expires at 18:00, beside a valid policy.
+    let broken = policy("stale", None, Some("2026-12-05T18:00:00Z"), 80)
+        .replace("ports: [80]", "ports: [99999]");
+    let text = format!("{broken}---\n{}", policy("web", None, None, 443));
+    let before = read(&text, "2026-12-05T17:00:00Z");
+    assert!(!before.is_valid(), "an error until the expiry");
+    assert!(
+        headlines(&before)
+            .iter()
+            .any(|h| h.starts_with("policies/grant.yaml:") && h.contains("99999")),
+        "{:?}",
+        headlines(&before)
+    );
+    let after = read(&text, "2026-12-05T18:00:00Z");
+    assert!(after.is_valid(), "{:?}", headlines(&after));
+    assert_eq!(after.model.policies().len(), 1);
+    // Without an expiry it is an error whatever the time.
+    let text = broken.replace(
+        "  annotations:\n    nodeport-guard.io/expires: \"2026-12-05T18:00:00Z\"\n",
+        "",
+    );
+    assert!(!read(&text, "2027-01-01T00:00:00Z").is_valid());
+}

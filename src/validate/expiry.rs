@@ -114,6 +114,23 @@ fn is_rfc3339_shape(text: &str) -> bool {
     }
 }
 
+/// The expiry `resource` says it has, read from its annotations without checking anything
+/// else: `None` when it has none, or none that is valid on its kind.
+pub(super) fn declared_expiry(resource: &crate::spec::RawResource) -> Option<jiff::Timestamp> {
+    if !matches!(
+        resource.kind.value,
+        Kind::GlobalNetworkPolicy | Kind::StagedGlobalNetworkPolicy | Kind::GlobalNetworkSet
+    ) {
+        return None;
+    }
+    let annotations = resource.metadata.as_ref()?.value.annotations.as_ref()?;
+    let (_, value) = annotations
+        .value
+        .iter()
+        .find(|(key, _)| key.value == EXPIRES_ANNOTATION)?;
+    parse_time(&value.value)
+}
+
 fn time_help(text: &str) -> String {
     match text.trim().parse::<jiff::civil::DateTime>() {
         Ok(civil) if !text.contains('[') => format!(

@@ -174,6 +174,13 @@ pub fn validate_files(sources: &Sources, files: &[FileInput<'_>]) -> Validated {
                         checked: check_resource(&mut checker),
                     };
                     clean &= diagnostics.len() == before;
+                    // What is wrong with a resource stops mattering when it expires: from then
+                    // on it is as if no file held it, so a stale grant cannot block a reload.
+                    if let Some(at) = expiry::declared_expiry(resource) {
+                        for diagnostic in &mut diagnostics[before..] {
+                            diagnostic.moot_after.get_or_insert(at);
+                        }
+                    }
                     // The duplicate check needs the resource's expiry; its message is sorted
                     // into place with the others by position.
                     kept.keep(&resource_checked, *file, sources, &mut diagnostics);
