@@ -202,5 +202,16 @@ fn grant_lets_in_then_expires_and_cuts(backend: Backend) {
             && !at_expiry.contains("event=Resync"),
         "the reload was the expiry's own: {at_expiry}"
     );
+    // The expired grant is a warning, in `plan --json` too.
+    let planned = guard.run_expect(&["plan", "--json"], 0);
+    let plan: serde_json::Value = serde_json::from_str(&planned.stdout).expect("Plan JSON");
+    assert!(
+        plan["warnings"]
+            .as_array()
+            .is_some_and(|warnings| warnings.iter().any(|w| w
+                .as_str()
+                .is_some_and(|w| w.contains("grant-vendor") && w.contains("expired")))),
+        "{planned}"
+    );
 }
 backend_tests!(grant_lets_in_then_expires_and_cuts);

@@ -76,10 +76,11 @@ pub fn run(
         engine.opened_published_ports(prepared)
     };
     if json {
+        // Validation's (an expired resource, say) and compilation's, as the text says them.
         let warnings: Vec<String> = prepared
-            .compiled
             .warnings
             .iter()
+            .filter(|warning| !warning.is_error())
             .map(|warning| warning.message.clone())
             .collect();
         let value = super::output::json_document(
