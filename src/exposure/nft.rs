@@ -309,7 +309,8 @@ impl<'j> Walk<'_, 'j> {
     }
 
     /// kube-proxy's Service, from an element's comment or from the chain names on the way
-    /// (`endpoint-HASH-ns/svc/tcp/port__addr/port`); docker's container.
+    /// (`endpoint-HASH-ns/svc/tcp/port__addr/port`); docker's container; else the comment of
+    /// the rule (or map element) on the way.
     fn owner(&self, path: &Path, target: &str) -> Option<String> {
         if let Some(service) = path
             .comment
@@ -326,9 +327,11 @@ impl<'j> Walk<'_, 'j> {
         {
             return Some(format!("Service {service}"));
         }
-        self.table_name
-            .starts_with("docker")
-            .then(|| format!("container {target}"))
+        if self.table_name.starts_with("docker") {
+            return Some(format!("container {target}"));
+        }
+        // A hand-written rule's own name for what it serves.
+        path.comment.clone().filter(|comment| !comment.is_empty())
     }
 }
 

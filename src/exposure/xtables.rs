@@ -263,12 +263,16 @@ fn narrow<'c>(path: &Path<'c>, rule: &Rule, chain: &'c str) -> Option<Path<'c>> 
 }
 
 /// Who a DNAT serves: the Service of kube-proxy's comment (`ns/svc:port`), the container of
-/// docker's `DOCKER` chain.
+/// docker's `DOCKER` chain, else what the comment of the rule (or of the jump to its chain)
+/// says: a hand-written rule's own name for it.
 fn owner(path: &Path<'_>, target: &str) -> Option<String> {
     if let Some(service) = path.comment.as_deref().and_then(service_name) {
         return Some(format!("Service {service}"));
     }
-    (path.chain == "DOCKER").then(|| format!("container {target}"))
+    if path.chain == "DOCKER" {
+        return Some(format!("container {target}"));
+    }
+    path.comment.clone().filter(|comment| !comment.is_empty())
 }
 
 /// `ns/svc:port` (or `ns/svc`) when `comment` is one of kube-proxy's service comments.
@@ -309,6 +313,22 @@ mod tests {
             notes,
             [
                 "a DNAT to `192.0.2.7` in nat chain `PREROUTING` matches no single protocol and port: not listed"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hand_written_rules_comment_names_what_it_serves() {
+        let save = "*nat\n:PREROUTING ACCEPT [0:0]\n\
+                    -A PREROUTING -p tcp -m tcp --dport 30090 -m comment --comment \"my-app web\" -j DNAT --to-destination 192.0.2.51:8080\n\
+                    -A PREROUTING -p tcp -m tcp --dport 30091 -j DNAT --to-destination 192.0.2.52:8080\n\
+                    COMMIT\n";
+        let (found, _) = parse_nat(save, IpFamily::V4);
+        assert_eq!(
+            super::super::describe(&found),
+            [
+                "V4 tcp/30090 Any -> 192.0.2.51:8080 (my-app web)",
+                "V4 tcp/30091 Any -> 192.0.2.52:8080 (-)",
             ]
         );
     }
