@@ -320,8 +320,13 @@ impl Drop for Docker {
             args.extend(ids);
             let _ = self.cli(&args);
         }
-        // The mount namespace, to find whatever outlives the shell (a container's shim).
-        let namespace = std::fs::read_link(format!("/proc/{}/ns/mnt", self.shell.id())).ok();
+        // The mount namespace, to find whatever outlives the shell (a container's shim). Held
+        // open until the end: a namespace's number is given to the next one made once it is
+        // gone (every `ip netns exec` makes one), and the processes of that one are not ours
+        // to kill. (This killed another test's commands, and once an engine's start.)
+        let path = format!("/proc/{}/ns/mnt", self.shell.id());
+        let held = std::fs::File::open(&path).ok();
+        let namespace = held.as_ref().and_then(|_| std::fs::read_link(&path).ok());
         let shell = nix::unistd::Pid::from_raw(self.shell.id() as i32);
         let _ = nix::sys::signal::kill(shell, nix::sys::signal::Signal::SIGTERM);
         let stopped = wait_until(Duration::from_secs(30), POLL, || {
@@ -336,6 +341,7 @@ impl Drop for Docker {
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             }
         }
+        drop(held);
     }
 }
 
