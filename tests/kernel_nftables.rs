@@ -208,8 +208,8 @@ fn a_foreign_accept_cannot_bypass_our_drop() {
 }
 
 /// A table written by an older release, whose chains were named `<table>-npg-…` and whose
-/// base chains `<table>-<CHAIN>` (here one that drops every SYN to the NodePort), is rebuilt
-/// whole by the first `apply` in one transaction: the whitelist holds, every chain left in the
+/// base chains `<table>-<CHAIN>` (here one that drops every SYN to the NodePort), with a chain
+/// made by hand (`npg-foo`), is rebuilt whole by the first `apply` in one transaction: the whitelist holds, every chain left in the
 /// table is named `npg…`, and the next plan has nothing to do.
 #[test]
 fn a_table_with_an_older_releases_chain_names_is_rebuilt() {
@@ -223,6 +223,9 @@ fn a_table_with_an_older_releases_chain_names_is_rebuilt() {
         chain mangle-PREROUTING {
             type filter hook prerouting priority -151; policy accept;
             counter jump mangle-npg-PREROUTING comment \"npg:oldreleaseBBBBBB\"
+        }
+        chain npg-foo {
+            counter comment \"npg:oldreleaseCCCCCC\"
         }
     }";
     let script = guard.path("old.nft");
@@ -254,6 +257,14 @@ fn a_table_with_an_older_releases_chain_names_is_rebuilt() {
     assert!(!listing.contains("oldrelease"), "{listing}");
     let (code, out) = guard.plan_detailed();
     assert_eq!(code, 0, "the rebuilt table is what the policies say: {out}");
+
+    // A chain made by hand in our table, named like ours but of neither of our forms: the
+    // next apply removes it (rebuilding the table), and the whitelist holds.
+    nft(&lab, &["add", "chain", "ip", "nodeport_guard", "npg-foo"]);
+    guard.apply();
+    let listing = nft(&lab, &["list", "table", "ip", "nodeport_guard"]);
+    assert!(!listing.contains("npg-foo"), "{listing}");
+    guarded(&lab, "after the hand-made chain's apply");
 }
 
 /// The daemon repairs drift done with `nft` within its resync interval (1 s): a deleted base

@@ -148,16 +148,24 @@ impl Daemon {
         Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
     }
 
-    /// Handles one event: computes what it comes to, then reports that. Returns whether the
-    /// kernel was reconciled with the policies (read, and found or made as they say).
+    /// Handles one event: computes what it comes to, then reports that. Returns whether it
+    /// read the kernel and reconciled it with the rules it keeps: the policies, or the last
+    /// good rules while the files are unusable; also when the write failed (the rules before
+    /// it were put back: trying again at once would fail the same way).
     pub(super) fn handle(&mut self, event: Event) -> bool {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.heartbeat = Some(Instant::now());
         }
         let outcome = self.reload(event);
-        let reconciled = matches!(outcome, Outcome::Applied(_));
+        let looked = match &outcome {
+            Outcome::Applied(_) | Outcome::Failed(_) => true,
+            Outcome::Invalid { repaired, .. } | Outcome::RefusedEmpty { repaired, .. } => {
+                repaired.is_some()
+            }
+            Outcome::Unchanged => false,
+        };
         self.report(event, outcome);
-        reconciled
+        looked
     }
 
     /// Does ahead what the reload at the end of the debounce will do before it reads the

@@ -149,6 +149,40 @@ fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
     });
 }
 
+/// What `handle` tells the drift watch: whether the event looked at the kernel (and left it as
+/// the rules it keeps say). A drift check while the files are invalid repairs with the last
+/// good rules, so it looked: the poll must not go on asking for checks after it (iptables-
+/// legacy's poll asks again while what it expects stays behind a neighbour's change). A file
+/// event that changes nothing does not look.
+#[test]
+fn handle_says_whether_the_event_looked_at_the_kernel() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        applied(&mut harness);
+        assert!(
+            !harness.daemon.handle(Event::PoliciesChanged),
+            "{backend}: files unchanged"
+        );
+        assert!(
+            harness
+                .daemon
+                .handle(Event::Drift(super::drift::Trigger::Poll)),
+            "{backend}: a drift check"
+        );
+        harness.write("whitelist.yaml", "kind: [");
+        assert!(
+            !harness.daemon.handle(Event::PoliciesChanged),
+            "{backend}: invalid files, no repair on a file event"
+        );
+        assert!(
+            harness
+                .daemon
+                .handle(Event::Drift(super::drift::Trigger::Poll)),
+            "{backend}: a drift check repairs with the last good rules"
+        );
+    });
+}
+
 #[test]
 fn drift_is_repaired_on_resync() {
     each_backend(|backend| {

@@ -723,9 +723,15 @@ mod tests {
             base_chain_name(Table::Mangle, "PREROUTING"),
             "npg-mangle-PREROUTING"
         );
-        // An older release's names are not ours any more: filed as they are, to be removed.
+        // An older release's names are not ours any more: filed as they are, to be removed;
+        // a hand-made `npg-…` of neither form is marked so (see `renamed_families`).
         for old in ["mangle-npg-pi-web", "mangle-PREROUTING"] {
             assert_eq!(split_chain_name(old), (Table::Filter, old.to_owned()));
+        }
+        for odd in ["npg-foo", "npg-m", "npg-x-foo"] {
+            let (table, chain) = split_chain_name(odd);
+            assert_eq!(table, Table::Filter);
+            assert!(!chain.starts_with("npg-"), "{chain}");
         }
     }
 

@@ -72,8 +72,10 @@ pub const KERNEL_CHAINS: [&str; 4] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT"
 
 /// The inverse of [`chain_name`] and [`base_chain_name`]: the table and our chain name (or
 /// the kernel chain, for a base chain). A name of neither form (an older release's
-/// `mangle-npg-pi-m`, or one written by hand) is filed under filter as it is, so that a plan
-/// removes it.
+/// `mangle-npg-pi-m`, or one written by hand, also `npg-foo`) is filed under filter as a name
+/// that does not begin with `npg-` ([`FOREIGN_MARK`] goes before one that does), so that the
+/// plan rebuilds the table without it (see `renamed_families`): no name the plan writes would
+/// reach it.
 pub fn split_chain_name(name: &str) -> (Table, String) {
     if let Some(rest) = name.strip_prefix(CHAIN_PREFIX) {
         for table in Table::ALL {
@@ -93,8 +95,15 @@ pub fn split_chain_name(name: &str) -> (Table, String) {
             return (table, format!("{CHAIN_PREFIX}{rest}"));
         }
     }
+    if name.starts_with(CHAIN_PREFIX) {
+        return (Table::Filter, format!("{FOREIGN_MARK}{name}"));
+    }
     (Table::Filter, name.to_owned())
 }
+
+/// What [`split_chain_name`] puts before a name that begins like ours but is of neither of our
+/// forms.
+pub const FOREIGN_MARK: &str = "?";
 
 /// Hook and priority of the base chain for a kernel chain of a table.
 pub fn hook_of(table: Table, kernel_chain: &str) -> (&'static str, i32) {
