@@ -80,13 +80,11 @@ fn main() {
         .flat_map(|table| table.chains.values().flat_map(|rules| rules.iter()))
         .collect();
     let text: usize = lines.iter().map(|line| line.text.len()).sum();
-    let capacity: usize = lines.iter().map(|line| line.text.capacity()).sum();
     let members: usize = desired.sets.values().map(|set| set.members.len()).sum();
     println!(
-        "  of the desired state: {} rule lines, {} of text in {} allocated; {members} set members",
+        "  of the desired state: {} rule lines, {} of text; {members} set members",
         lines.len(),
         mib(text),
-        mib(capacity),
     );
     let mut freed = in_use();
     let mut then = |what: &str| {

@@ -199,7 +199,9 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
                     .iter()
                     .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
             });
-        let counters = found.and_then(|rule| rule.counters).unwrap_or_default();
+        let counters = found
+            .and_then(|rule| rule.counters.as_deref().copied())
+            .unwrap_or_default();
         let total = totals
             .entry((
                 entry.origin.staged,

@@ -695,7 +695,7 @@ pub fn render(plan: &Plan, style: Style) -> String {
             if let Some(insert) = &hook.insert {
                 let text = match insert.text.strip_prefix(&format!("-A {} ", hook.chain)) {
                     Some(rest) => format!("-I {} 1 {rest}", hook.chain),
-                    None => insert.text.clone(),
+                    None => insert.text.to_string(),
                 };
                 for line in text.lines() {
                     let _ = writeln!(out, "{}", paint(&format!("+{line}"), "32", style));
@@ -752,8 +752,8 @@ pub fn render(plan: &Plan, style: Style) -> String {
 /// A unified diff of a chain's rules. Observed rules whose hash the desired chain also has are
 /// shown in the desired spelling, so only real differences appear.
 fn chain_diff(chain: &ChainChange, style: Style) -> String {
-    let after: Vec<String> = chain.after.iter().map(|rule| rule.text.clone()).collect();
-    let before: Vec<String> = chain
+    let after: Vec<&str> = chain.after.iter().map(|rule| &*rule.text).collect();
+    let before: Vec<&str> = chain
         .before
         .iter()
         .map(|rule| {
@@ -765,7 +765,7 @@ fn chain_diff(chain: &ChainChange, style: Style) -> String {
                         .iter()
                         .find(|want| want.hash.as_ref() == Some(hash))
                 })
-                .map_or_else(|| rule.text.clone(), |want| want.text.clone())
+                .map_or(&*rule.text, |want| &*want.text)
         })
         .collect();
     let before_text = lines_text(&before);
@@ -798,7 +798,7 @@ fn chain_diff(chain: &ChainChange, style: Style) -> String {
     out
 }
 
-fn lines_text(lines: &[String]) -> String {
+fn lines_text(lines: &[&str]) -> String {
     let mut text = lines.join("\n");
     if !text.is_empty() {
         text.push('\n');
@@ -815,7 +815,7 @@ mod tests {
     fn line(hash: &str, text: &str) -> RuleLine {
         RuleLine {
             hash: (!hash.is_empty()).then(|| hash.into()),
-            text: text.to_owned(),
+            text: text.into(),
             counters: None,
         }
     }

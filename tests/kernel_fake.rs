@@ -228,11 +228,11 @@ spec:
 fn comparable(mut state: State) -> State {
     for table in state.tables.values_mut() {
         for rule in table.chains.values_mut().flat_map(Arc::make_mut) {
-            rule.text.clear();
+            rule.text = Box::default();
             rule.counters = None;
         }
         for hook in table.hooks.values_mut().flatten() {
-            hook.rule.text.clear();
+            hook.rule.text = Box::default();
             hook.rule.counters = None;
         }
     }

@@ -443,6 +443,7 @@ fn counters_set_by_a_test_are_read_back() {
             .flat_map(|rules| rules.iter())
             .all(|rule| {
                 rule.counters
+                    .as_ref()
                     .is_some_and(|c| c.packets == 5 && c.bytes == 300)
             });
         assert!(counted, "{backend}");

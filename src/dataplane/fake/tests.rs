@@ -275,7 +275,10 @@ fn saves_and_listings_have_the_kernels_layout() {
         .expect("parses");
     let filter = state.tables.values().next().expect("filter");
     assert_eq!(
-        filter.chains["npg-b"][0].counters.map(|c| c.packets),
+        filter.chains["npg-b"][0]
+            .counters
+            .as_ref()
+            .map(|c| c.packets),
         Some(3)
     );
     assert_eq!(filter.hooks["INPUT"][0].position, 1);

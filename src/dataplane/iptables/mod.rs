@@ -852,7 +852,7 @@ mod tests {
     fn rule(text: &str) -> RuleLine {
         RuleLine {
             hash: parse::rule_hash(text),
-            text: text.to_owned(),
+            text: text.into(),
             counters: None,
         }
     }

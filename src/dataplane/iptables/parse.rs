@@ -124,8 +124,8 @@ pub fn parse_iptables_save(
         *position += 1;
         let rule_line = RuleLine {
             hash: rule_hash(rule),
-            text: rule.to_owned(),
-            counters,
+            text: rule.into(),
+            counters: counters.map(Box::new),
         };
         if chain.starts_with(CHAIN_PREFIX) {
             chains.entry(chain).or_default().push(rule_line);
@@ -254,8 +254,8 @@ COMMIT
         let ours = &mangle.chains["npg-PREROUTING"];
         assert_eq!(ours[0].hash.as_deref(), Some("Xy12"));
         assert_eq!(
-            ours[0].counters,
-            Some(Counters {
+            ours[0].counters.as_deref(),
+            Some(&Counters {
                 packets: 4,
                 bytes: 240
             })
@@ -271,7 +271,7 @@ COMMIT
         );
         assert_eq!(hooks[0].rule.hash.as_deref(), Some("AbC_d-123"));
         assert_eq!(
-            hooks[0].rule.text,
+            &*hooks[0].rule.text,
             "-A PREROUTING -m comment --comment \"npg:AbC_d-123\" -j npg-PREROUTING"
         );
         assert_eq!(

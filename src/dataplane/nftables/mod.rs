@@ -488,8 +488,8 @@ mod tests {
         let rules = &table.chains["npg-PREROUTING"];
         assert_eq!(rules[0].hash.as_deref(), Some("BBBB"));
         assert_eq!(
-            rules[0].counters,
-            Some(Counters {
+            rules[0].counters.as_deref(),
+            Some(&Counters {
                 packets: 3,
                 bytes: 180
             })
@@ -516,7 +516,7 @@ mod tests {
             &hook_identity("prerouting", -151, "accept", "npg-m-PREROUTING"),
         );
         assert_eq!(hook.rule.hash.as_deref(), Some(expected.as_str()));
-        assert_eq!(hook.rule.counters, Some(Counters::default()));
+        assert_eq!(hook.rule.counters.as_deref(), Some(&Counters::default()));
         // A base chain of ours without its jump is still listed, as a hook that is wrong.
         let filter = &state.tables[&TableKey {
             family: IpFamily::V4,
@@ -578,15 +578,15 @@ mod tests {
         let rules = &table.chains["npg-x"];
         assert_eq!(rules.len(), 2);
         assert_eq!(
-            rules[0].text,
+            &*rules[0].text,
             "add rule ip nodeport_guard npg-m-x ip saddr @s counter meta mark set meta mark | 0x00020000 comment \"npg:BBB policy x ingress rule 0\""
         );
         assert_eq!(
-            rules[1].text,
+            &*rules[1].text,
             "add rule ip nodeport_guard npg-m-x udp dport != { 1-5, 30008 } counter log prefix \"LPI1|x\" group 1 comment \"npg:CCC\""
         );
         assert_eq!(
-            table.hooks["PREROUTING"][0].rule.text,
+            &*table.hooks["PREROUTING"][0].rule.text,
             "add chain ip nodeport_guard npg-mangle-PREROUTING { type filter hook prerouting priority -151; policy accept; }\n\
              add rule ip nodeport_guard npg-mangle-PREROUTING counter jump npg-m-x comment \"npg:AAA nodeport-guard hook\""
         );
@@ -660,7 +660,7 @@ mod tests {
         }];
         let rules = &table.chains["npg-from-host-endpoint"];
         assert_eq!(rules.len(), 1);
-        assert_eq!(rules[0].text, rendered[0].line);
+        assert_eq!(&*rules[0].text, rendered[0].line);
         assert_eq!(rules[0].hash.as_deref(), Some(rendered[0].hash.as_str()));
     }
 

@@ -130,7 +130,8 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
                     text: format!(
                         "base chain {name}: {}",
                         hook_identity(hook, priority, policy, "")
-                    ),
+                    )
+                    .into(),
                     counters: None,
                 },
             });
@@ -295,8 +296,8 @@ fn add_hook_rule(state: &mut State, family: IpFamily, base: BaseChain<'_>, rule:
         position: hooks.len() + 1,
         rule: RuleLine {
             hash,
-            text,
-            counters: rule.counters,
+            text: text.into(),
+            counters: rule.counters.map(Box::new),
         },
     });
 }
@@ -323,8 +324,8 @@ fn add_chain_rule(chains: &mut Chains, family: IpFamily, rule: &ListedRule<'_>) 
         .or_default()
         .push(RuleLine {
             hash,
-            text,
-            counters: rule.counters,
+            text: text.into(),
+            counters: rule.counters.map(Box::new),
         });
 }
 
