@@ -256,7 +256,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct GrantArgs {
     /// Who may come in: addresses or networks, comma-separated
-    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_net, required_unless_present = "revoke")]
+    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_grant_source, required_unless_present = "revoke")]
     pub src: Vec<ipnet::IpNet>,
     /// To which ports (1-65535), comma-separated
     #[arg(
@@ -276,8 +276,8 @@ pub struct GrantArgs {
     /// Until when: an RFC 3339 time with its offset (e.g. 2026-12-05T18:00:00Z)
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
-    /// Why (written in the file, shown by `grants`)
-    #[arg(long, value_name = "TEXT")]
+    /// Why (written in the file, shown by `grants`): one line
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
     pub reason: Option<String>,
     /// The grant's name: the policy is `grant-NAME`, the file `grant-NAME.yaml` [default: made
     /// from the first source and port]
@@ -398,6 +398,36 @@ fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("`{text}` is not an address or a CIDR"))
+}
+
+/// A grant's source: an address or a network without host bits, and never an IPv4-mapped
+/// IPv6 address (`::ffff:198.51.100.7`), which no IPv6 rule can match: the packets of that
+/// client come as IPv4.
+fn parse_grant_source(text: &str) -> Result<ipnet::IpNet, String> {
+    let net = parse_net(text)?;
+    if net != net.trunc() {
+        return Err(format!(
+            "`{text}` has host bits set: the network is `{}`",
+            net.trunc()
+        ));
+    }
+    if let ipnet::IpNet::V6(v6) = net
+        && v6.addr().to_ipv4_mapped().is_some()
+    {
+        return Err(format!(
+            "`{text}` is an IPv4-mapped IPv6 address, which no IPv6 rule matches: give the IPv4 address"
+        ));
+    }
+    Ok(net)
+}
+
+/// A grant's reason: one line of text (it is written into the policy file's annotations and
+/// shown in a table).
+fn parse_reason(text: &str) -> Result<String, String> {
+    if text.chars().any(char::is_control) {
+        return Err("the reason must be one line, without control characters".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// A Linux interface name: 1 to 15 bytes, no `/`, whitespace, `:` or control character (what

@@ -39,12 +39,13 @@ pub fn run(settings: &Settings, args: &GrantArgs) -> Result<ExitCode> {
         })?,
         (None, None) => bail!("say how long the grant lasts: `--for DURATION` or `--until TIME`"),
     };
-    // To the second, up: a grant's end is read by people, and never comes before it was asked.
+    // To the second, down: a grant's end is read by people, and access never lasts longer
+    // than was asked.
     let expires = expires
         .round(
             jiff::TimestampRound::new()
                 .smallest(jiff::Unit::Second)
-                .mode(jiff::RoundMode::Ceil),
+                .mode(jiff::RoundMode::Floor),
         )
         .unwrap_or(expires);
     if expires <= now {

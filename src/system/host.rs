@@ -31,6 +31,11 @@ pub fn hostname() -> String {
         .to_lowercase()
 }
 
+/// Whether the kernel takes IPv6 packets at all: `disable_ipv6` is there and not 1.
+pub fn kernel_takes_ipv6() -> bool {
+    std::fs::read_to_string(DISABLE_IPV6).is_ok_and(|text| text.trim() != "1")
+}
+
 fn ipv6_state(mode: Ipv6Mode) -> (bool, Option<String>) {
     match mode {
         Ipv6Mode::Enabled => (true, None),
@@ -79,7 +84,7 @@ pub fn interfaces() -> Vec<Interface> {
 pub fn invoking_user() -> String {
     if let Some(user) = std::env::var("SUDO_USER")
         .ok()
-        .filter(|user| !user.is_empty())
+        .filter(|user| !user.is_empty() && !user.chars().any(char::is_control))
     {
         return user;
     }

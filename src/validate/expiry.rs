@@ -71,8 +71,22 @@ pub(super) fn check_expiry(
 /// `date-time` shape exactly (`YYYY-MM-DDThh:mm:ss`, an optional `.` fraction, the offset), so
 /// none of the other ISO 8601 forms jiff also reads (no seconds, `+0100`, basic format, a
 /// comma fraction, a time zone name in brackets); then jiff checks the values.
+///
+/// A valid time after the last instant jiff holds (`9999-12-30T22:00:00Z`, so that every
+/// offset of it is still a date of year 9999) is that last instant: `9999-12-31T23:59:59Z`,
+/// written to mean "never", is a time, not an error.
 pub fn parse_time(text: &str) -> Option<jiff::Timestamp> {
-    is_rfc3339_shape(text).then(|| text.parse().ok()).flatten()
+    if !is_rfc3339_shape(text) {
+        return None;
+    }
+    if let Ok(at) = text.parse() {
+        return Some(at);
+    }
+    // The date and time without the offset, checked on their own (the offset's digits are
+    // already within range): valid, they can only be beyond the last instant.
+    let civil = &text[..text.len() - if text.ends_with(['Z', 'z']) { 1 } else { 6 }];
+    let date_time: jiff::civil::DateTime = civil.parse().ok()?;
+    (date_time.year() == 9999).then_some(jiff::Timestamp::MAX)
 }
 
 /// Whether `text` has the shape of RFC 3339's `date-time` (section 5.6).
@@ -109,7 +123,12 @@ fn is_rfc3339_shape(text: &str) -> bool {
     }
     match rest {
         [b'Z' | b'z'] => true,
-        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|b| b.is_ascii_digit()),
+        // time-numoffset: hours 00-23, minutes 00-59 (jiff alone would take `+24:00`).
+        [b'+' | b'-', h1, h2, b':', m1, m2] => {
+            [h1, h2, m1, m2].iter().all(|b| b.is_ascii_digit())
+                && (*h1 - b'0') * 10 + (*h2 - b'0') <= 23
+                && *m1 <= b'5'
+        }
         _ => false,
     }
 }
@@ -297,9 +316,27 @@ mod tests {
             "2027-12-05T18:00:00Z[Europe/Paris]",
             "2027-13-05T18:00:00Z",
             "2027-12-05T18:00:00Z ",
+            "2027-12-05T18:00:00+24:00",
+            "2027-12-05T18:00:00-25:00",
+            "2027-12-05T18:00:00+01:60",
+            "9999-12-31T24:00:00Z",
+            "9999-02-30T00:00:00Z",
             "",
         ] {
             assert!(parse_time(bad).is_none(), "{bad}");
         }
+        assert!(parse_time("2027-12-05T18:00:00+23:59").is_some());
+    }
+
+    #[test]
+    fn a_valid_time_beyond_the_last_instant_is_the_last_instant() {
+        for never in [
+            "9999-12-31T23:59:59Z",
+            "9999-12-31T00:00:00-05:00",
+            "9999-12-30T22:00:01Z",
+        ] {
+            assert_eq!(parse_time(never), Some(jiff::Timestamp::MAX), "{never}");
+        }
+        assert!(parse_time("9999-12-30T21:59:59Z").is_some_and(|at| at < jiff::Timestamp::MAX));
     }
 }
