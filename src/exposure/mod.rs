@@ -272,6 +272,9 @@ pub struct Inventory {
     pub dnat: Vec<Dnat>,
     /// What could not be listed, in words.
     pub notes: Vec<String>,
+    /// The kernel takes no IPv6 packet at all (`disable_ipv6` is 1, or it has no IPv6): no
+    /// IPv6 port is reachable, whatever listens or is published.
+    pub ipv6_off: bool,
 }
 
 /// How a port is reached.
@@ -412,8 +415,12 @@ fn rows(
     reach: impl Fn(&reach::Port) -> reach::Reach,
 ) -> Vec<Exposed> {
     let own = host.own_addresses(&config.host_interface_exclude);
+    let reachable = |family: IpFamily| family == IpFamily::V4 || !inventory.ipv6_off;
     let mut exposed = Vec::new();
-    for dnat in published(&inventory.dnat, &own) {
+    for dnat in published(&inventory.dnat, &own)
+        .into_iter()
+        .filter(|dnat| reachable(dnat.family))
+    {
         let reach = reach(&dnat_port(&dnat, &own));
         exposed.push(Exposed {
             protocol: dnat.protocol,
@@ -428,7 +435,10 @@ fn rows(
             decided_by: reach.decided_by.join("; "),
         });
     }
-    for (family, socket) in outside_sockets(&inventory.sockets) {
+    for (family, socket) in outside_sockets(&inventory.sockets)
+        .into_iter()
+        .filter(|(family, _)| reachable(*family))
+    {
         let address = (!socket.address.is_unspecified()).then_some(socket.address);
         let reach = reach(&reach::Port {
             family,

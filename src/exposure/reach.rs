@@ -78,20 +78,36 @@ pub struct Reacher<'m> {
     config: &'m Config,
     /// Where the pieces of each family's source space begin (sorted, the first at 0).
     starts: [Vec<u128>; 2],
+    /// The host's own addresses, each a piece of its own: a packet from one of them is the
+    /// host to itself, not another host, so they are left out of who may reach a port.
+    own: [BTreeSet<u128>; 2],
 }
 
 impl<'m> Reacher<'m> {
     /// Binds `model`'s policies to `host`.
     pub fn new(model: &'m Model, config: &'m Config, host: &'m HostFacts) -> Reacher<'m> {
+        let own: Vec<IpAddr> = host.own_addresses(&config.host_interface_exclude);
         Reacher {
             evaluator: Evaluator::new(model, config, host),
             host,
             config,
             starts: [
-                piece_starts(model, config, IpFamily::V4),
-                piece_starts(model, config, IpFamily::V6),
+                piece_starts(model, config, &own, IpFamily::V4),
+                piece_starts(model, config, &own, IpFamily::V6),
             ],
+            own: [IpFamily::V4, IpFamily::V6].map(|family| {
+                own.iter()
+                    .filter(|address| IpFamily::of_net(&IpNet::from(**address)) == family)
+                    .copied()
+                    .map(number)
+                    .collect()
+            }),
         }
+    }
+
+    /// Whether the piece `start..=end` of `family` is one of the host's own addresses.
+    fn is_own(&self, family: IpFamily, start: u128, end: u128) -> bool {
+        start == end && self.own[usize::from(family == IpFamily::V6)].contains(&start)
     }
 
     /// The verdicts on `packet`, once for each of the destinations nat `PREROUTING` may
@@ -132,10 +148,17 @@ impl<'m> Reacher<'m> {
                 said.push(words);
             }
         };
+        // Per piece: let through, or not; `None` for the host's own addresses, which count as
+        // neither (they fill a gap between two pieces let through, and nothing else).
+        let mut through: Vec<(u128, u128, Option<bool>)> = Vec::with_capacity(starts.len());
         for (index, &start) in starts.iter().enumerate() {
             let end = starts
                 .get(index + 1)
                 .map_or(max_of(port.family), |next| next - 1);
+            if self.is_own(port.family, start, end) {
+                through.push((start, end, None));
+                continue;
+            }
             let mut let_through = false;
             for (interface, dst) in &arrivals {
                 let packet = port.packet(address_of(port.family, start), interface, *dst);
@@ -148,13 +171,21 @@ impl<'m> Reacher<'m> {
                     }
                 }
             }
-            if let_through {
+            through.push((start, end, Some(let_through)));
+        }
+        let others: Vec<bool> = through.iter().filter_map(|piece| piece.2).collect();
+        for (index, &(start, end, let_through)) in through.iter().enumerate() {
+            let allowed = let_through.unwrap_or_else(|| {
+                through[..index].iter().rev().find_map(|piece| piece.2) == Some(true)
+                    && through[index + 1..].iter().find_map(|piece| piece.2) == Some(true)
+            });
+            if allowed {
                 allowed_pieces.push((start, end));
             }
         }
-        let reachable = if allowed_pieces.is_empty() {
+        let reachable = if !others.contains(&true) {
             Reachable::Nobody
-        } else if allowed_pieces.len() == starts.len() {
+        } else if !others.contains(&false) {
             Reachable::Anyone
         } else {
             Reachable::Some
@@ -194,11 +225,17 @@ impl<'m> Reacher<'m> {
     pub fn open_to_anyone(&self, port: &Port) -> bool {
         let arrivals = self.arrivals(port.family, port.address);
         let starts = &self.starts[usize::from(port.family == IpFamily::V6)];
-        starts.iter().all(|&start| {
-            arrivals.iter().any(|(interface, dst)| {
-                let packet = port.packet(address_of(port.family, start), interface, *dst);
-                self.evaluator.verdict(&packet).outcome != Outcome::Dropped
-            })
+        let ends = starts
+            .iter()
+            .skip(1)
+            .map(|next| next - 1)
+            .chain([max_of(port.family)]);
+        starts.iter().zip(ends).all(|(&start, end)| {
+            self.is_own(port.family, start, end)
+                || arrivals.iter().any(|(interface, dst)| {
+                    let packet = port.packet(address_of(port.family, start), interface, *dst);
+                    self.evaluator.verdict(&packet).outcome != Outcome::Dropped
+                })
         })
     }
 
@@ -249,9 +286,9 @@ fn words(verdict: &Verdict) -> String {
 
 /// Where the pieces of `family`'s source space begin: 0, and the first address of every net
 /// the policies name and the one after its last (the nets of rules, network sets,
-/// host endpoints and failsafe ports).
-fn piece_starts(model: &Model, config: &Config, family: IpFamily) -> Vec<u128> {
-    let mut nets: Vec<IpNet> = Vec::new();
+/// host endpoints and failsafe ports, and each of the host's own addresses).
+fn piece_starts(model: &Model, config: &Config, own: &[IpAddr], family: IpFamily) -> Vec<u128> {
+    let mut nets: Vec<IpNet> = own.iter().map(|address| IpNet::from(*address)).collect();
     for policy in model.policies().iter().chain(model.staged_policies()) {
         for rule in policy.ingress.iter().flatten() {
             nets.extend(rule.source.nets.iter().chain(&rule.source.not_nets));

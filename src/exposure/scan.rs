@@ -35,11 +35,19 @@ pub fn published(runner: &dyn Runner) -> (Vec<Dnat>, Vec<String>) {
 /// read is a note.
 pub fn inventory(runner: &dyn Runner) -> io::Result<Inventory> {
     let (dnat, notes) = published(runner);
+    let ipv6_off = !crate::system::host::kernel_takes_ipv6();
     let mut inventory = Inventory {
         dnat,
         notes,
+        ipv6_off,
         ..Inventory::default()
     };
+    if ipv6_off {
+        inventory.notes.push(format!(
+            "IPv6 is off in this kernel (`{}` is 1, or missing): no IPv6 port is reachable",
+            crate::system::host::DISABLE_IPV6
+        ));
+    }
     inventory.sockets = sockets::listening()
         .map_err(|error| {
             io::Error::new(

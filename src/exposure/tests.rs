@@ -1,6 +1,8 @@
 //! The audit on the real rule sets the parsers' tests read (kube-proxy and docker, iptables
 //! and nftables), with sockets, under the mission's whitelist and a deny-all policy.
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::config::Config;
 use crate::fixtures::{DENY_ALL, WHITELIST, golden_host, model};
@@ -130,6 +132,7 @@ fn inventory() -> Inventory {
         ],
         dnat,
         notes: Vec::new(),
+        ipv6_off: false,
     }
 }
 
@@ -367,6 +370,7 @@ COMMIT
         sockets: Vec::new(),
         dnat: found,
         notes: Vec::new(),
+        ipv6_off: false,
     };
     let exposed = assess(
         &inventory,
@@ -424,4 +428,89 @@ fn port_sets_merge_intersect_and_parse_as_iptables_prints_them() {
         set("5000:5002,6000").ports().collect::<Vec<_>>(),
         [5000, 5001, 5002, 6000]
     );
+}
+
+#[test]
+fn the_hosts_own_addresses_are_neither_let_through_nor_samples_of_other_hosts() {
+    // Two addresses of the host's own, and a policy that names one of them as a destination:
+    // the source space is cut there, and a piece that starts at a host address must not be
+    // judged as "the host to itself".
+    let mut host = golden_host();
+    host.interfaces[0]
+        .addresses
+        .push("198.51.100.2".parse().expect("address"));
+    let policies = format!(
+        "{WHITELIST}---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: dst-only
+spec:
+  preDNAT: true
+  applyOnForward: true
+  order: 300
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Deny
+      protocol: TCP
+      destination:
+        nets: [198.51.100.1/32]
+        ports: [43000]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: wide
+spec:
+  preDNAT: true
+  applyOnForward: true
+  order: 400
+  selector: has(kubernetes.io/hostname)
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        nets: [198.51.100.0/24]
+      destination:
+        ports: [30009]
+    - action: Deny
+      protocol: TCP
+      destination:
+        ports: [30009, 30010]
+"
+    );
+    let inventory = Inventory {
+        sockets: [30008, 30009, 30010]
+            .map(|port| socket(Transport::Tcp, "198.51.100.1", port, "server"))
+            .into(),
+        dnat: Vec::new(),
+        notes: Vec::new(),
+        ipv6_off: false,
+    };
+    let exposed = assess(&inventory, &model(&policies), &Config::default(), &host);
+    let port = |number: u16| {
+        exposed
+            .iter()
+            .find(|port| port.port == number)
+            .expect("port listed")
+    };
+    let net = |text: &str| text.parse::<IpNet>().expect("net");
+    assert_eq!(port(30008).reachable_from, Reachable::Some);
+    assert_eq!(port(30008).allowed, [net("198.51.100.10/32")]);
+    // The host's addresses inside an allowed net do not split it.
+    assert_eq!(port(30009).reachable_from, Reachable::Some);
+    assert_eq!(port(30009).allowed, [net("198.51.100.0/24")]);
+    assert_eq!(port(30010).reachable_from, Reachable::Nobody);
+    assert!(port(30010).allowed.is_empty());
+}
+
+#[test]
+fn a_kernel_without_ipv6_has_no_ipv6_port_to_reach() {
+    let mut inventory = inventory();
+    inventory.ipv6_off = true;
+    let exposed = assess(&inventory, &model(""), &Config::default(), &golden_host());
+    let families: BTreeSet<IpFamily> = exposed.iter().map(|port| port.family).collect();
+    assert_eq!(families, BTreeSet::from([IpFamily::V4]));
+    // The dual-stack socket still takes IPv4.
+    assert!(exposed.iter().any(|port| port.port == 22));
 }
