@@ -211,7 +211,9 @@ fn repaired_within_a_second(daemon: &Daemon, what: &str, change: impl FnOnce()) 
 /// The other ways another program changes what the daemon owns, each repaired within a second
 /// with the default `resyncInterval`: a rule put in front of our jump at the top of mangle
 /// `PREROUTING` (iptables; nftables' base chain is ours alone), and one of our sets emptied
-/// (`ipset flush`, or `nft flush set`), which lets the whitelisted source's SYNs be dropped.
+/// (`ipset flush`, or `nft flush set`), which lets the whitelisted source's SYNs be dropped;
+/// for nftables also our table switched off (`flags dormant`: every chain of it stops, so the
+/// denied source gets through).
 fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = serving_guard(&lab);
@@ -220,8 +222,9 @@ fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
     let applied = guard.our_rules_and_members();
     let inserted = "a rule inserted above our jump";
     let flushed = "one of our sets flushed";
+    let dormant = "our table set dormant";
     let changes: &[&str] = if backend == Backend::Nftables {
-        &[flushed]
+        &[flushed, dormant]
     } else {
         &[inserted, flushed]
     };
@@ -233,11 +236,23 @@ fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
                     Family::V4,
                     "-t mangle -I PREROUTING 1 -p tcp --dport 30008 -j ACCEPT",
                 );
+            } else if what == dormant {
+                lab.node()
+                    .exec_ok("nft", &["add table ip nodeport_guard { flags dormant; }"]);
             } else {
                 flush_a_set_of_ours(&lab);
             }
         });
         assert_eq!(guard.our_rules_and_members(), applied, "{backend}, {what}");
+        if backend == Backend::Nftables {
+            let listed = lab
+                .node()
+                .exec_ok("nft", &["list", "table", "ip", "nodeport_guard"]);
+            assert!(
+                !listed.contains("dormant"),
+                "{what}: still dormant:\n{listed}"
+            );
+        }
         if backend != Backend::Nftables {
             let listed = lab.iptables_ok(Family::V4, &["-t", "mangle", "-S", "PREROUTING"]);
             let first = listed.lines().find(|line| line.starts_with("-A "));

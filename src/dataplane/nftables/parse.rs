@@ -115,6 +115,15 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
             .or_default();
         *slot = slot.iter().cloned().chain(rules).collect();
     }
+    // A table switched off (`flags dormant`: none of its chains sees a packet) holds, as far
+    // as the plan can tell, a chain of a name no render writes, so that the table is rebuilt
+    // whole, without the flag (see `renamed_families`).
+    if listed.dormant {
+        table_state(state, family, Table::Filter)
+            .chains
+            .entry(DORMANT.to_owned())
+            .or_default();
+    }
     // A base chain without rules is still ours and still wrong.
     for (name, hook, priority, policy) in listed.base_chains {
         let (table, kernel_chain) = split_chain(name);
@@ -139,8 +148,14 @@ pub fn parse_listing(listing: &str, family: IpFamily, state: &mut State) {
     }
 }
 
+/// How a dormant table of ours shows in the plan: as a chain to remove (see
+/// [`parse_listing`]).
+pub const DORMANT: &str = "(the table is dormant: flags dormant switches off every chain)";
+
 /// What a listing holds, in the order it lists it.
 struct Listing<'a> {
+    /// The table carries `flags dormant`.
+    dormant: bool,
     base_chains: Vec<BaseChain<'a>>,
     rules: Vec<ListedRule<'a>>,
     chains: Vec<&'a str>,
@@ -151,6 +166,7 @@ struct Listing<'a> {
 /// declarations and rules with their handles.
 fn read(listing: &str, family: IpFamily) -> Listing<'_> {
     let mut listed = Listing {
+        dormant: false,
         base_chains: Vec::new(),
         rules: Vec::new(),
         chains: Vec::new(),
@@ -184,6 +200,10 @@ fn read(listing: &str, family: IpFamily) -> Listing<'_> {
             listed.chains.push(name);
         } else if trimmed == "}" {
             chain = None;
+        } else if chain.is_none()
+            && let Some(flags) = trimmed.strip_prefix("flags ")
+        {
+            listed.dormant |= flags.split([',', ' ']).any(|flag| flag == "dormant");
         } else if let Some(current) = chain {
             if let Some(base) = base_chain(current, trimmed) {
                 listed.base_chains.push(base);
