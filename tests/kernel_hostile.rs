@@ -266,6 +266,59 @@ fn other_foreign_changes_are_repaired_within_a_second(backend: Backend) {
 }
 backend_tests!(other_foreign_changes_are_repaired_within_a_second);
 
+/// Our chain renamed by another program (`iptables -E npg-PREROUTING RENAMED`, in raw and
+/// mangle) and then emptied: our jump, its comment unchanged, now leads to a chain that is not
+/// ours. The daemon notices (iptables-nft: the chain's notification names only its new name)
+/// and puts back both the chain and a jump to it; the renamed chain, now another program's, is
+/// left alone. nftables has no jump to retarget (its base chains are ours).
+fn a_renamed_chain_of_ours_is_put_back_with_its_jump(backend: Backend) {
+    if backend == Backend::Nftables {
+        return;
+    }
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = guard.our_rules_and_members();
+    let mark = daemon.mark();
+    for table in ["raw", "mangle"] {
+        iptables(
+            &lab,
+            Family::V4,
+            &format!("-t {table} -E npg-PREROUTING RENAMED"),
+        );
+    }
+    for table in ["raw", "mangle"] {
+        iptables(&lab, Family::V4, &format!("-t {table} -F RENAMED"));
+    }
+    let jumps_to_ours = || {
+        ["raw", "mangle"].iter().all(|table| {
+            let listed = lab.iptables_ok(Family::V4, &["-t", table, "-S", "PREROUTING"]);
+            listed
+                .lines()
+                .find(|line| line.starts_with("-A "))
+                .is_some_and(|line| line.ends_with("-j npg-PREROUTING"))
+        })
+    };
+    let repaired = wait_until(Duration::from_secs(3), POLL, || {
+        jumps_to_ours() && guard.our_rules_and_members() == applied
+    });
+    assert!(
+        repaired,
+        "{backend}: not put back within 3 s\n--- daemon log ---\n{}",
+        daemon.log_since(mark)
+    );
+    for table in ["raw", "mangle"] {
+        let listed = lab.iptables_ok(Family::V4, &["-t", table, "-S", "RENAMED"]);
+        assert!(
+            listed.contains("-N RENAMED"),
+            "{backend}: {table}: {listed}"
+        );
+    }
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the rename");
+}
+backend_tests!(a_renamed_chain_of_ours_is_put_back_with_its_jump);
+
 /// Empties the first of our IPv4 sets that holds a member: `ipset flush`, or nftables' `nft
 /// flush set` in our table.
 fn flush_a_set_of_ours(lab: &Lab) {

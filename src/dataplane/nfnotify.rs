@@ -25,8 +25,10 @@ const RECEIVE_BUFFER: usize = 4 << 20;
 /// The nf_tables message types (`enum nf_tables_msg_types`) a notification may carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// `NFT_MSG_NEWTABLE`, `NEWCHAIN`, `NEWRULE`, `NEWSET`, `NEWSETELEM` and the like.
+    /// `NFT_MSG_NEWTABLE`, `NEWRULE`, `NEWSET`, `NEWSETELEM` and the like.
     Added,
+    /// `NFT_MSG_NEWCHAIN`: a chain created, or renamed (the message names the new name).
+    ChainAdded,
     /// `NFT_MSG_DELTABLE`.
     TableDeleted,
     /// `NFT_MSG_DELCHAIN`.
@@ -48,6 +50,7 @@ impl Kind {
             8 | 28 => Kind::RuleDeleted,
             11 | 14 | 20 | 24 | 29..=32 => Kind::OtherDeleted,
             15 => Kind::Generation,
+            3 => Kind::ChainAdded,
             _ => Kind::Added,
         }
     }
@@ -106,7 +109,10 @@ impl Interest {
         }
         let chain = change.chain.as_deref();
         match change.kind {
-            Kind::TableDeleted => true,
+            // A chain of ours renamed (`iptables -E`) is notified under its new name only:
+            // any chain created in a table we share may be one (rare: other programs create
+            // their chains once, and change rules).
+            Kind::TableDeleted | Kind::ChainAdded => true,
             _ if chain.is_some_and(|chain| chain.starts_with("npg")) => true,
             Kind::Added | Kind::RuleDeleted | Kind::ChainDeleted => chain.is_some_and(|chain| {
                 self.hooked.iter().any(|(family, hooked_table, hooked)| {
@@ -349,6 +355,10 @@ mod tests {
             &[(1, "mangle"), (3, "npg-pi-a")]
         ));
         assert!(touches(&ours, 2, FAMILY_IPV4, &[(1, "mangle")]));
+        // A chain created in a table we share: maybe ours renamed (`iptables -E npg-… X`),
+        // which is notified under the new name only; not in a table we do not share.
+        assert!(touches(&ours, 3, FAMILY_IPV4, &[(1, "mangle"), (3, "X")]));
+        assert!(!touches(&ours, 3, FAMILY_IPV4, &[(1, "nat"), (3, "X")]));
         // A neighbour's own rules, a base chain we do not hook, another family or table.
         assert!(!touches(
             &ours,
