@@ -84,7 +84,11 @@ type SharedInterest = Arc<Mutex<Interest>>;
 type Baseline = Arc<Mutex<Option<Expect>>>;
 
 /// The number of members of each of our ipsets as last applied, which the set poll expects.
-type SetSizes = Arc<Mutex<Option<BTreeMap<String, usize>>>>;
+/// The sizes the set poll expects (`None` before the first apply), and how many writes of ours
+/// the daemon has made: after each, a difference the poll already reported is reported again,
+/// since the check it brought may have read the sets before they changed (a set flushed while
+/// a repair of something else ran).
+type SetSizes = Arc<Mutex<(Option<BTreeMap<String, usize>>, u64)>>;
 
 /// What the next poll expects of our tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +194,7 @@ impl Watch {
                 .map(|(name, set)| (name.clone(), set.members.len()))
                 .collect();
             if let Ok(mut shared) = self.set_sizes.lock() {
-                *shared = Some(sizes);
+                shared.0 = Some(sizes);
             }
             self.from = Some(Arc::clone(applied));
         }
@@ -200,6 +204,11 @@ impl Watch {
                 + metrics.drift_repairs.poll
                 + metrics.drift_repairs.resync
         });
+        if self.writes != Some(writes)
+            && let Ok(mut shared) = self.set_sizes.lock()
+        {
+            shared.1 = writes;
+        }
         if self.mode == "poll" {
             let wrote = self.writes.is_some_and(|before| before != writes);
             if let Ok(mut baseline) = self.baseline.lock() {
@@ -365,11 +374,17 @@ fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
         .name("ipset-poll".into())
         .spawn(move || {
             let mut reported = None;
+            let mut reported_after = 0;
             loop {
                 std::thread::sleep(POLL_EVERY);
-                let Some(expected) = expected.lock().ok().and_then(|sizes| sizes.clone()) else {
+                let Some((Some(expected), writes)) =
+                    expected.lock().ok().map(|shared| shared.clone())
+                else {
                     continue;
                 };
+                if writes != reported_after {
+                    reported = None;
+                }
                 let Ok(mut now) = ipset_sizes::set_sizes() else {
                     continue;
                 };
@@ -382,6 +397,7 @@ fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
                     continue;
                 }
                 reported = Some(now);
+                reported_after = writes;
                 if events.send(Event::Drift(Trigger::Poll)).is_err() {
                     break;
                 }
@@ -444,14 +460,26 @@ impl Limiter {
     }
 
     /// A change was noticed: check after [`SETTLE`] (a poll, which reads the tables after the
-    /// change, at once) unless a check is already pending.
+    /// change, at once) unless a check is already pending. A pending check brought by a change
+    /// notification becomes the new trigger's: a notification with no commit since our own
+    /// write is taken for its echo and reads nothing, which would lose a change the set poll
+    /// saw meanwhile (ipsets send no notification).
     pub fn noticed(&mut self, now: Instant, trigger: Trigger) {
         let settle = if trigger == Trigger::Poll {
             Duration::ZERO
         } else {
             SETTLE
         };
-        self.pending.get_or_insert((now + settle, trigger));
+        match &mut self.pending {
+            None => self.pending = Some((now + settle, trigger)),
+            Some((at, pending))
+                if *pending == Trigger::Notification && trigger != Trigger::Notification =>
+            {
+                *pending = trigger;
+                *at = (*at).min(now + settle);
+            }
+            Some(_) => {}
+        }
     }
 
     /// When the pending check is due.
@@ -522,7 +550,7 @@ mod tests {
         let mut limiter = Limiter::new(start);
         assert_eq!(limiter.due(), None);
         limiter.noticed(start, Trigger::Notification);
-        limiter.noticed(start + Duration::from_millis(50), Trigger::Poll);
+        limiter.noticed(start + Duration::from_millis(5), Trigger::Notification);
         assert_eq!(limiter.due(), Some(start + SETTLE));
         assert_eq!(
             limiter.fire(start + SETTLE),
@@ -530,6 +558,23 @@ mod tests {
         );
         assert_eq!(limiter.due(), None);
         assert_eq!(limiter.fire(start + SETTLE), None);
+        // A poll's notice while a notification's check is pending makes it the poll's, at once:
+        // the notification's may be taken for the echo of our own write and read nothing.
+        let later = start + Duration::from_secs(10);
+        limiter.noticed(later, Trigger::Notification);
+        limiter.noticed(later + Duration::from_millis(1), Trigger::Poll);
+        assert_eq!(limiter.due(), Some(later + Duration::from_millis(1)));
+        assert_eq!(
+            limiter.fire(later + Duration::from_millis(1)),
+            Some(Fire::Check(Trigger::Poll))
+        );
+        // And a notification after a poll leaves the poll's check as it is.
+        limiter.noticed(later + SETTLE, Trigger::Poll);
+        limiter.noticed(later + SETTLE, Trigger::Notification);
+        assert_eq!(
+            limiter.fire(later + SETTLE),
+            Some(Fire::Check(Trigger::Poll))
+        );
     }
 
     #[test]
