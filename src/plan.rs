@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use crate::model::{Direction, IpFamily};
-use crate::state::{HookRule, RuleLine, SetState, State, TableKey};
+use crate::state::{CHANGED_MARK, HookRule, RuleHash, RuleLine, SetState, State, TableKey};
 
 /// What happens to a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,6 +309,87 @@ fn plural(count: usize) -> &'static str {
 
 fn hashes(rules: &[RuleLine]) -> Vec<Option<&str>> {
     rules.iter().map(|rule| rule.hash.as_deref()).collect()
+}
+
+/// `after`, read back right after we wrote `written` towards `desired`, with the rules the
+/// readers marked changed in the chains and jumps written taken as ours when `desired` wants
+/// a rule of that hash there: the kernel spells them its own way. Their hashes are learned, so that later readings take them as
+/// they are printed now.
+pub fn accept_own_spelling(after: State, desired: &State, written: &Plan) -> State {
+    let marked = |line: &RuleLine| {
+        line.hash
+            .as_ref()
+            .and_then(|hash| hash.strip_suffix(CHANGED_MARK))
+            .map(str::to_owned)
+    };
+    let any = after.tables.values().any(|table| {
+        table
+            .chains
+            .values()
+            .flat_map(|rules| rules.iter())
+            .any(|line| marked(line).is_some())
+            || table
+                .hooks
+                .values()
+                .flatten()
+                .any(|hook| marked(&hook.rule).is_some())
+    });
+    if !any {
+        return after;
+    }
+    let mut after = after;
+    let mut learned = Vec::new();
+    for (key, table) in &mut after.tables {
+        let wanted = desired.tables.get(key);
+        let Some(wrote) = written.tables.iter().find(|table| table.key == *key) else {
+            continue;
+        };
+        for (name, rules) in &mut table.chains {
+            let chain = wanted.and_then(|table| table.chains.get(name));
+            let written_chain = wrote.chains.iter().any(|change| change.name == *name);
+            if !written_chain || !rules.iter().any(|line| marked(line).is_some()) {
+                continue;
+            }
+            for line in Arc::make_mut(rules) {
+                if let Some(hash) = marked(line)
+                    && chain.is_some_and(|rules| {
+                        rules
+                            .iter()
+                            .any(|want| want.hash.as_deref() == Some(hash.as_str()))
+                    })
+                {
+                    line.hash = Some(RuleHash::from(hash.as_str()));
+                    learned.push(hash);
+                }
+            }
+        }
+        for (name, hooks) in &mut table.hooks {
+            if !wrote.hooks.iter().any(|hook| hook.chain == *name) {
+                continue;
+            }
+            let wanted_hooks = wanted.and_then(|table| table.hooks.get(name));
+            for hook in hooks {
+                if let Some(hash) = marked(&hook.rule)
+                    && wanted_hooks.is_some_and(|hooks| {
+                        hooks
+                            .iter()
+                            .any(|want| want.rule.hash.as_deref() == Some(hash.as_str()))
+                    })
+                {
+                    hook.rule.hash = Some(RuleHash::from(hash.as_str()));
+                    learned.push(hash);
+                }
+            }
+        }
+    }
+    if !learned.is_empty() {
+        tracing::debug!(
+            rules = learned.len(),
+            "the kernel prints some of our rules otherwise than they are rendered; their hashes are checked by comment only"
+        );
+        crate::state::learn_own_spellings(learned);
+    }
+    after
 }
 
 /// Computes the plan that turns `observed` into `desired`.

@@ -396,6 +396,42 @@ mod table_list {
 /// The comment prefix that marks a rule as ours, in every backend.
 pub const HASH_PREFIX: &str = "npg:";
 
+/// What the readers put after a rule's hash when the rule, as the kernel prints it, does not
+/// hash to its comment's hash: a rule changed in place with our comment kept. The plan then
+/// sees another rule there than the one wanted, and puts the wanted one back.
+pub const CHANGED_MARK: &str = "~";
+
+/// The hashes of rules that this kernel prints otherwise than they are rendered (so that they
+/// never hash to their comment), learned from the read-back of our own writes: a rule read
+/// right after we wrote it is ours as written, whatever its spelling. Empty where the
+/// kernel's spelling is the render's (every shape, on the versions `tests/kernel_canonical.rs`
+/// runs); it keeps a newer or older iptables from making every rule look changed.
+static OWN_SPELLINGS: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// The hash a reader keeps for a rule whose comment says `hash` and whose printed form hashes
+/// to `printed`: `hash`, or `hash` with [`CHANGED_MARK`] when the two differ and this
+/// kernel's spelling of it was not learned from our own write.
+pub fn observed_hash(hash: &str, printed: &str) -> RuleHash {
+    let learned = || {
+        OWN_SPELLINGS
+            .lock()
+            .is_ok_and(|learned| learned.contains(hash))
+    };
+    if hash == printed || learned() {
+        RuleHash::from(hash)
+    } else {
+        RuleHash::from(format!("{hash}{CHANGED_MARK}"))
+    }
+}
+
+/// Learns that this kernel prints the rules of these hashes otherwise than they are rendered
+/// (see [`observed_hash`]).
+pub fn learn_own_spellings(hashes: Vec<String>) {
+    if let Ok(mut spellings) = OWN_SPELLINGS.lock() {
+        spellings.extend(hashes);
+    }
+}
+
 /// One rendered rule: its identity hash and the line (or commands) that write it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderedRule {

@@ -353,6 +353,10 @@ fn reads_back_as_rendered(lab: &Lab, guard: &Guard<'_>, name: &str, yaml: &str) 
         kernel.len(),
         differences(&rendered, &kernel)
     );
+    // And each hashes to its comment as the kernel prints it, so `plan` finds nothing changed
+    // (a rule changed in place with its comment kept would not).
+    let (code, output) = guard.plan_detailed();
+    assert_eq!(code, 0, "{name}: a plan right after apply:\n{}", output.stdout);
     guard.cleanup();
     rendered
 }

@@ -319,6 +319,66 @@ fn a_renamed_chain_of_ours_is_put_back_with_its_jump(backend: Backend) {
 }
 backend_tests!(a_renamed_chain_of_ours_is_put_back_with_its_jump);
 
+/// One of our rules changed in place by another program that kept its comment (and so the
+/// `npg:` hash that names it): the whitelist's drop in mangle and in raw made an accept. The
+/// rule as printed no longer hashes to its comment, so the daemon sees a rule it did not
+/// write and puts its own back. nftables: its rules are checked the same way only by comment
+/// (not covered here).
+fn a_rule_changed_in_place_with_our_comment_kept_is_put_back(backend: Backend) {
+    if backend == Backend::Nftables {
+        return;
+    }
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let applied = guard.our_rules_and_members();
+    // `iptables -R CHAIN N` with the saved line's words, its drop made an accept.
+    let replace_drops = |table: &str| {
+        let listed = lab.iptables_ok(Family::V4, &["-t", table, "-S"]);
+        let lines: Vec<&str> = listed
+            .lines()
+            .filter(|l| l.starts_with("-A npg-"))
+            .collect();
+        let mut replaced = 0;
+        for (index, line) in lines.iter().enumerate() {
+            if !line.ends_with(" -j DROP") {
+                continue;
+            }
+            let chain = line.split_whitespace().nth(1).expect("chain");
+            let position = lines[..=index]
+                .iter()
+                .filter(|l| l.split_whitespace().nth(1) == Some(chain))
+                .count()
+                .to_string();
+            let body = &line[3 + chain.len()..line.len() - "DROP".len()];
+            let (before, rest) = body.split_once("--comment \"").expect("our comment");
+            let (comment, after) = rest.split_once('"').expect("closed comment");
+            let mut args = vec!["-t", table, "-R", chain, position.as_str()];
+            args.extend(before.split_whitespace());
+            args.extend(["--comment", comment]);
+            args.extend(after.split_whitespace());
+            args.push("ACCEPT");
+            lab.iptables_ok(Family::V4, &args);
+            replaced += 1;
+        }
+        assert!(
+            replaced > 0,
+            "{backend}: no drop of ours in {table}:\n{listed}"
+        );
+    };
+    repaired_within_a_second(&daemon, &format!("{backend}: drops made accepts"), || {
+        replace_drops("raw");
+        replace_drops("mangle");
+    });
+    let back = wait_until(Duration::from_secs(3), POLL, || {
+        guard.our_rules_and_members() == applied
+    });
+    assert!(back, "{backend}: our rules are not as applied");
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the change");
+}
+backend_tests!(a_rule_changed_in_place_with_our_comment_kept_is_put_back);
+
 /// One of our sets emptied right after the daemon repaired something else (a rule put into
 /// our chain): the check the repair made may have read the sets before the flush, and the set
 /// poll must report the difference again rather than take it as already checked. Ten rounds;

@@ -394,13 +394,18 @@ impl<'r> Dataplane<'r> {
     }
 
     /// Carries out a plan and reads back what it wrote (see
-    /// [`Backend::write_and_read_back`]).
+    /// [`Backend::write_and_read_back`]), the rules it wrote taken as ours however the kernel
+    /// spells them (see [`crate::plan::accept_own_spelling`]).
     pub fn apply_and_read_back(
         &self,
         plan: &Plan,
         desired: &State,
     ) -> Result<(u32, State), DataplaneError> {
-        self.backend.write_and_read_back(self, plan, desired)
+        let (commits, after) = self.backend.write_and_read_back(self, plan, desired)?;
+        Ok((
+            commits,
+            crate::plan::accept_own_spelling(after, desired, plan),
+        ))
     }
 }
 

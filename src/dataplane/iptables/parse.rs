@@ -24,6 +24,59 @@ pub fn rule_hash(rule: &str) -> Option<crate::state::RuleHash> {
     (end > 0).then(|| crate::state::RuleHash::from(&hash[..end]))
 }
 
+/// The hash that `rule` (an `-A` line as `iptables-save` prints it, in `table`) would carry
+/// if it were rendered as it reads: its body is the line without `-A <chain>` and with the
+/// `npg:` hash taken out of its comment (see `render::render_rule`). `None` for a line of
+/// another form.
+fn printed_hash(table: Table, chain: &str, rule: &str) -> Option<String> {
+    const COMMENT: &str = " -m comment --comment ";
+    let rest = rule.strip_prefix("-A ")?.strip_prefix(chain)?;
+    let at = rest.find(COMMENT)?;
+    let (head, after) = (&rest[..at], &rest[at + COMMENT.len()..]);
+    // The comment as `xtables_save_string` printed it: quoted with `\` escapes, or bare.
+    let mut comment = String::new();
+    let used = if let Some(quoted) = after.strip_prefix('"') {
+        let mut chars = quoted.char_indices();
+        let mut end = None;
+        while let Some((index, c)) = chars.next() {
+            match c {
+                '\\' => comment.push(chars.next()?.1),
+                '"' => {
+                    end = Some(index + 2);
+                    break;
+                }
+                _ => comment.push(c),
+            }
+        }
+        end?
+    } else {
+        let end = after.find(' ').unwrap_or(after.len());
+        comment.push_str(&after[..end]);
+        end
+    };
+    let tail = &after[used..];
+    let words = comment
+        .strip_prefix(crate::state::HASH_PREFIX)?
+        .split_once(' ')
+        .map(|(_, words)| words);
+    let mut body = String::with_capacity(rest.len());
+    body.push_str(head);
+    if let Some(words) = words {
+        body.push_str(COMMENT);
+        super::render::push_saved_string(&mut body, words);
+    }
+    body.push_str(tail);
+    Some(crate::state::rule_hash(table, chain, &body))
+}
+
+/// The hash of one of our rules as read: its comment's, marked changed when the rule as
+/// printed does not hash to it (see [`crate::state::observed_hash`]).
+fn checked_hash(table: Table, chain: &str, rule: &str) -> Option<crate::state::RuleHash> {
+    let hash = rule_hash(rule)?;
+    let printed = printed_hash(table, chain, rule).unwrap_or_default();
+    Some(crate::state::observed_hash(&hash, &printed))
+}
+
 /// Whether a rule in a chain we do not own is ours: it carries our hash or jumps to our chain.
 fn is_ours(rule: &str) -> bool {
     if rule_hash(rule).is_some() {
@@ -100,7 +153,7 @@ pub fn parse_iptables_save(
             }
             continue;
         }
-        let Some((_, table_state, chains)) = current.as_mut() else {
+        let Some((table, table_state, chains)) = current.as_mut() else {
             continue;
         };
         if let Some(declaration) = line.strip_prefix(':') {
@@ -123,7 +176,7 @@ pub fn parse_iptables_save(
         let position = positions.entry(chain.clone()).or_insert(0);
         *position += 1;
         let rule_line = RuleLine {
-            hash: rule_hash(rule),
+            hash: checked_hash(*table, &chain, rule),
             text: rule.into(),
             counters: counters.map(Box::new),
         };
@@ -252,7 +305,8 @@ COMMIT
             vec!["npg-PREROUTING", "npg-empty"]
         );
         let ours = &mangle.chains["npg-PREROUTING"];
-        assert_eq!(ours[0].hash.as_deref(), Some("Xy12"));
+        // Made-up hashes: the rules as printed do not hash to them, so they read as changed.
+        assert_eq!(ours[0].hash.as_deref(), Some("Xy12~"));
         assert_eq!(
             ours[0].counters.as_deref(),
             Some(&Counters {
@@ -269,7 +323,7 @@ COMMIT
             hooks.iter().map(|h| h.position).collect::<Vec<_>>(),
             vec![2, 3]
         );
-        assert_eq!(hooks[0].rule.hash.as_deref(), Some("AbC_d-123"));
+        assert_eq!(hooks[0].rule.hash.as_deref(), Some("AbC_d-123~"));
         assert_eq!(
             &*hooks[0].rule.text,
             "-A PREROUTING -m comment --comment \"npg:AbC_d-123\" -j npg-PREROUTING"
@@ -279,6 +333,37 @@ COMMIT
             "a jump to our chain without our comment is still ours"
         );
         assert_eq!(mangle.hooks["USER-CHAIN"].len(), 1);
+    }
+
+    #[test]
+    fn a_rule_changed_in_place_with_our_comment_kept_reads_as_changed() {
+        use crate::state::rule_hash;
+        let jump = rule_hash(Table::Mangle, "PREROUTING", " -j npg-PREROUTING");
+        let body = " -s 192.0.2.1/32 -m comment --comment \"policy a \\\"b\\\" rule 0\" -j DROP";
+        let drop = rule_hash(Table::Mangle, "npg-pi-a", body);
+        let save = |jump_target: &str, action: &str| {
+            format!(
+                "*mangle\n:PREROUTING ACCEPT [0:0]\n:npg-pi-a - [0:0]\n\
+                 -A PREROUTING -m comment --comment \"npg:{jump}\" -j {jump_target}\n\
+                 -A npg-pi-a -s 192.0.2.1/32 -m comment --comment \"npg:{drop} policy a \\\"b\\\" rule 0\" -j {action}\n\
+                 COMMIT\n"
+            )
+        };
+        let read = |text: &str| {
+            let mut state = State::default();
+            parse_iptables_save(text, IpFamily::V4, &mut state).expect("parse");
+            let mangle = state.tables.into_values().next().expect("mangle");
+            (
+                mangle.hooks["PREROUTING"][0].rule.hash.clone(),
+                mangle.chains["npg-pi-a"][0].hash.clone(),
+            )
+        };
+        let (hook, rule) = read(&save("npg-PREROUTING", "DROP"));
+        assert_eq!(hook.as_deref(), Some(jump.as_str()));
+        assert_eq!(rule.as_deref(), Some(drop.as_str()));
+        let (hook, rule) = read(&save("RENAMED", "ACCEPT"));
+        assert_eq!(hook.as_deref(), Some(format!("{jump}~").as_str()));
+        assert_eq!(rule.as_deref(), Some(format!("{drop}~").as_str()));
     }
 
     #[test]

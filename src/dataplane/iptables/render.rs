@@ -20,7 +20,7 @@ use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
 /// A string option as `iptables-save` prints it (libxtables' `xtables_save_string`): bare when
 /// it is only letters, digits, `_` and `-`, else in double quotes with `"`, `\\` and `'`
 /// escaped. `text` is sanitized already.
-fn push_saved_string(out: &mut String, text: &str) {
+pub(crate) fn push_saved_string(out: &mut String, text: &str) {
     let bare = !text.is_empty()
         && text
             .chars()
