@@ -322,12 +322,8 @@ backend_tests!(a_renamed_chain_of_ours_is_put_back_with_its_jump);
 /// One of our rules changed in place by another program that kept its comment (and so the
 /// `npg:` hash that names it): the whitelist's drop in mangle and in raw made an accept. The
 /// rule as printed no longer hashes to its comment, so the daemon sees a rule it did not
-/// write and puts its own back. nftables: its rules are checked the same way only by comment
-/// (not covered here).
+/// write and puts its own back (nftables: `nft replace rule … handle N`, the same).
 fn a_rule_changed_in_place_with_our_comment_kept_is_put_back(backend: Backend) {
-    if backend == Backend::Nftables {
-        return;
-    }
     let lab = Lab::new(backend);
     let guard = serving_guard(&lab);
     let daemon = Daemon::start(&guard);
@@ -367,9 +363,41 @@ fn a_rule_changed_in_place_with_our_comment_kept_is_put_back(backend: Backend) {
             "{backend}: no drop of ours in {table}:\n{listed}"
         );
     };
+    // The same with nft: every drop of ours (with its comment) replaced by an accept.
+    let replace_nft_drops = || {
+        let listed = lab
+            .node()
+            .exec_ok("nft", &["-a", "list", "table", "ip", "nodeport_guard"]);
+        let mut chain = "";
+        let mut replaced = 0;
+        for line in listed.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("chain ") {
+                chain = rest.split_whitespace().next().unwrap_or_default();
+            }
+            let Some((body, handle)) = line.rsplit_once(" # handle ") else {
+                continue;
+            };
+            if !body.contains(" drop comment \"npg:") {
+                continue;
+            }
+            let body = body.replace(" drop comment", " accept comment");
+            lab.node().exec_ok(
+                "nft",
+                &[format!(
+                    "replace rule ip nodeport_guard {chain} handle {handle} {body}"
+                )],
+            );
+            replaced += 1;
+        }
+        assert!(replaced > 0, "no drop of ours:\n{listed}");
+    };
     repaired_within_a_second(&daemon, &format!("{backend}: drops made accepts"), || {
-        replace_drops("raw");
-        replace_drops("mangle");
+        if backend == Backend::Nftables {
+            replace_nft_drops();
+        } else {
+            replace_drops("raw");
+            replace_drops("mangle");
+        }
     });
     let back = wait_until(Duration::from_secs(3), POLL, || {
         guard.our_rules_and_members() == applied

@@ -486,7 +486,8 @@ mod tests {
         };
         let table = &state.tables[&key];
         let rules = &table.chains["npg-PREROUTING"];
-        assert_eq!(rules[0].hash.as_deref(), Some("BBBB"));
+        // A made-up hash: the rule as listed does not hash to it, so it reads as changed.
+        assert_eq!(rules[0].hash.as_deref(), Some("BBBB~"));
         assert_eq!(
             rules[0].counters.as_deref(),
             Some(&Counters {

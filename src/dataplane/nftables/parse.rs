@@ -322,9 +322,28 @@ fn add_hook_rule(state: &mut State, family: IpFamily, base: BaseChain<'_>, rule:
     });
 }
 
+/// The hash a rule of ours would carry if it were rendered as it is listed: its body without
+/// the counter's values and the comment, and the comment's words (see `render::rule_command`).
+fn printed_hash(rule: &ListedRule<'_>) -> String {
+    let (table, chain) = split_chain(rule.chain);
+    let body = rule
+        .body
+        .rsplit_once(" comment \"")
+        .map_or(rule.body, |(body, _)| body);
+    let words = rule
+        .comment
+        .and_then(|comment| comment.split_once(' '))
+        .map_or("", |(_, words)| words);
+    let body = with_sorted_map(without_counter_values(body));
+    crate::state::rule_hash(table, &chain, &format!(" {body}|{words}"))
+}
+
 /// A rule of one of our regular chains.
 fn add_chain_rule(chains: &mut Chains, family: IpFamily, rule: &ListedRule<'_>) {
-    let hash = hash_of_comment(rule.comment);
+    // Its comment's hash, marked changed when the rule as listed does not hash to it (see
+    // [`crate::state::observed_hash`]).
+    let hash = hash_of_comment(rule.comment)
+        .map(|hash| crate::state::observed_hash(&hash, &printed_hash(rule)));
     // Ours: the command that creates it again, without its counter values (they are not part
     // of the rule, and a text that changed with traffic would look like another state).
     let body = with_sorted_map(without_counter_values(rule.body));
