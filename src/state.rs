@@ -396,6 +396,9 @@ mod table_list {
 /// The comment prefix that marks a rule as ours, in every backend.
 pub const HASH_PREFIX: &str = "npg:";
 
+/// The length of a rule's hash ([`rule_hash`]).
+pub const HASH_LENGTH: usize = 16;
+
 /// What the readers put after a rule's hash when the rule, as the kernel prints it, does not
 /// hash to its comment's hash: a rule changed in place with our comment kept. The plan then
 /// sees another rule there than the one wanted, and puts the wanted one back.

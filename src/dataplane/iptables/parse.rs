@@ -367,6 +367,24 @@ COMMIT
     }
 
     #[test]
+    fn a_rule_with_words_longer_than_a_comment_holds_reads_back_as_written() {
+        use crate::ruleset::{Action, Match, Rule};
+        let mut rule = Rule::new(vec![Match::InInterface("eth0".into())], Action::Return);
+        rule.comment = Some("an annotation that goes on and on ".repeat(10));
+        let rendered =
+            super::super::render::render_rule(Table::Mangle, "npg-x", &rule, IpFamily::V4);
+        assert!(rendered.line.len() < 400, "{}", rendered.line);
+        let save = format!("*mangle\n:npg-x - [0:0]\n{}\nCOMMIT\n", rendered.line);
+        let mut state = State::default();
+        parse_iptables_save(&save, IpFamily::V4, &mut state).expect("parse");
+        let mangle = state.tables.into_values().next().expect("mangle");
+        assert_eq!(
+            mangle.chains["npg-x"][0].hash.as_deref(),
+            Some(rendered.hash.as_str())
+        );
+    }
+
+    #[test]
     fn incompatible_tables_are_an_error() {
         let text = "*mangle\n# Table `mangle' is incompatible, use 'nft' tool.\nCOMMIT\n";
         let mut state = State::default();

@@ -15,7 +15,7 @@ use crate::ruleset::{
     Action, Chain, CtState, Hook, Match, Rule, SetLookup, Side, Table, TableRuleset,
 };
 use crate::ruleset::{DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, Ruleset, sanitize_comment};
-use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
+use crate::state::{HASH_LENGTH, HASH_PREFIX, RenderedRule, rule_hash};
 
 /// A string option as `iptables-save` prints it (libxtables' `xtables_save_string`): bare when
 /// it is only letters, digits, `_` and `-`, else in double quotes with `"`, `\\` and `'`
@@ -237,7 +237,12 @@ pub fn rule_parts(rule: &Rule) -> (String, Option<String>, String) {
 /// replace of iptables-legacy a third cheaper at 1,000 policies. The hash still covers the
 /// words as a comment of their own, as it did when they were one: a rule keeps its identity.
 pub fn render_rule(table: Table, chain: &str, rule: &Rule, _family: IpFamily) -> RenderedRule {
-    let (head, words, tail) = rule_parts(rule);
+    let (head, mut words, tail) = rule_parts(rule);
+    // The words as the comment can hold them after `npg:<hash> ` (the kernel keeps 255
+    // characters): the hash covers what is written, so that a rule read back hashes to it.
+    if let Some(words) = &mut words {
+        words.truncate(crate::ruleset::MAX_COMMENT - HASH_PREFIX.len() - HASH_LENGTH - 1);
+    }
     let mut body = String::with_capacity(head.len() + tail.len() + 64);
     body.push_str(&head);
     if let Some(words) = &words {

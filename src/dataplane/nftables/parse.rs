@@ -371,3 +371,47 @@ fn add_chain_rule(chains: &mut Chains, family: IpFamily, rule: &ListedRule<'_>) 
 fn table_state(state: &mut State, family: IpFamily, table: Table) -> &mut TableState {
     state.tables.entry(TableKey { family, table }).or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ruleset::{Action, Match, Rule};
+
+    /// A rule rendered with `words`, listed back as `nft -a list table` lists it.
+    fn listed_back(words: &str) -> (String, Option<String>) {
+        let mut rule = Rule::new(vec![Match::InInterface("eth0".into())], Action::Return);
+        rule.comment = Some(words.to_owned());
+        let rendered =
+            super::super::render::render_rule(Table::Mangle, "npg-x", &rule, IpFamily::V4);
+        let chain = super::super::render::chain_name(Table::Mangle, "npg-x");
+        let rest = rendered
+            .line
+            .strip_prefix(&format!("add rule ip {TABLE} {chain}"))
+            .expect("an add rule command")
+            .replace(" counter", " counter packets 0 bytes 0");
+        let listing = format!(
+            "table ip {TABLE} {{\n\tchain {chain} {{\n\t\t{} # handle 5\n\t}}\n}}\n",
+            rest.trim()
+        );
+        let mut state = State::default();
+        parse_listing(&listing, IpFamily::V4, &mut state);
+        let read = state.tables.values().next().expect("a table").chains["npg-x"][0]
+            .hash
+            .as_deref()
+            .map(str::to_owned);
+        (rendered.hash, read)
+    }
+
+    #[test]
+    fn rules_whose_words_the_comment_changes_read_back_as_written() {
+        // Backticks (sanitized to `_`), and words longer than the comment holds.
+        for words in [
+            "to host endpoint `node1-eth0` (interface `eth0`)",
+            &"a very long annotation ".repeat(12),
+            "plain words",
+        ] {
+            let (rendered, read) = listed_back(words);
+            assert_eq!(read.as_deref(), Some(rendered.as_str()), "{words}");
+        }
+    }
+}

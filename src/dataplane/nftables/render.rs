@@ -29,7 +29,7 @@ use crate::ruleset::{
     Table,
 };
 use crate::ruleset::{CHAIN_PREFIX, DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
-use crate::state::{HASH_PREFIX, RenderedRule, rule_hash};
+use crate::state::{HASH_LENGTH, HASH_PREFIX, RenderedRule, rule_hash};
 
 /// The name of our table in every family.
 pub const TABLE: &str = "nodeport_guard";
@@ -518,6 +518,14 @@ fn rule_command(
     words: Option<&str>,
     family: IpFamily,
 ) -> RenderedRule {
+    // The words as the comment holds them (sanitized, within the kernel's 128 bytes after
+    // `npg:<hash> `): the hash covers what is written, so that a rule read back hashes to it.
+    let words = words.map(|words| {
+        let mut written = sanitize_comment(words);
+        written.truncate(MAX_COMMENT - 1 - HASH_PREFIX.len() - HASH_LENGTH - 1);
+        written
+    });
+    let words = words.as_deref();
     let hash = rule_hash(
         table,
         chain,
