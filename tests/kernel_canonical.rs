@@ -123,6 +123,10 @@ spec:
         ports: [9000]
     - action: Allow
       protocol: UDPLite
+      # Words the comment changes: sanitized (quote, backticks) and cut to what it holds.
+      metadata:
+        annotations:
+          owner: "platform team's `edge` group, with a note long enough to be cut by both backends: nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"
     - action: Allow
       protocol: UDP
       source:
