@@ -424,7 +424,10 @@ fn parse_grant_source(text: &str) -> Result<ipnet::IpNet, String> {
 /// A grant's reason: one line of text (it is written into the policy file's annotations and
 /// shown in a table).
 fn parse_reason(text: &str) -> Result<String, String> {
-    if text.chars().any(char::is_control) {
+    if text
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
         return Err("the reason must be one line, without control characters".to_owned());
     }
     Ok(text.to_owned())
