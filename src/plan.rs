@@ -456,39 +456,17 @@ pub fn plan(desired: &State, observed: &State) -> Plan {
     result
 }
 
-/// Where an iptables jump leads: the word after its `-j` or `-g` (`None` for a rule of
-/// another form, such as an nftables base chain, whose hash covers its target already).
-fn jump_target(text: &str) -> Option<&str> {
-    let mut words = text.split_whitespace();
-    while let Some(word) = words.next() {
-        if word == "-j" || word == "-g" {
-            return words.next();
-        }
-    }
-    None
-}
-
 fn hook_change(chain: &str, wanted: Option<&HookRule>, present: &[HookRule]) -> Option<HookChange> {
     let reason = match (wanted, present) {
         (None, []) => return None,
         (Some(want), [have])
             if have.position == 1
                 && have.rule.hash.is_some()
-                && have.rule.hash == want.rule.hash
-                && jump_target(&have.rule.text) == jump_target(&want.rule.text) =>
+                && have.rule.hash == want.rule.hash =>
         {
             return None;
         }
         (Some(_), []) => format!("insert our jump at position 1 of `{chain}`"),
-        (Some(want), [have])
-            if have.rule.hash == want.rule.hash
-                && jump_target(&have.rule.text) != jump_target(&want.rule.text) =>
-        {
-            format!(
-                "our jump in `{chain}` leads to `{}` (its chain renamed?); replace it",
-                jump_target(&have.rule.text).unwrap_or("nowhere")
-            )
-        }
         (Some(want), [have]) if have.rule.hash == want.rule.hash => format!(
             "our jump in `{chain}` is at position {}; move it back to position 1",
             have.position
