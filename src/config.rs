@@ -369,6 +369,8 @@ pub fn parse(file: FileId, source: &SourceFile) -> (Config, Vec<Diagnostic>) {
     }
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
+    options.reject_unsupported_tags = true;
+    options.reject_tagged_field_names = true;
     let raw: RawConfig = match serde_saphyr::from_str_with_options(&source.text, options) {
         Ok(Some(raw)) => raw,
         Ok(None) => return (Config::default(), Vec::new()),
@@ -377,9 +379,11 @@ pub fn parse(file: FileId, source: &SourceFile) -> (Config, Vec<Diagnostic>) {
                 .location()
                 .map(|location| crate::spec::span_of(&location))
                 .unwrap_or_default();
+            let message = error.to_string();
+            let span = crate::load::tag_span(&source.text, 0, span, &message);
             return (
                 Config::default(),
-                vec![crate::load::yaml_error(file, span, &error.to_string())],
+                vec![crate::load::yaml_error(file, span, &message)],
             );
         }
     };
@@ -821,6 +825,16 @@ mod tests {
                 "did you mean `backend`? The fields here are `policiesDir`, `backend`"
             ),
             "{help}"
+        );
+    }
+
+    #[test]
+    fn a_tag_is_an_error_at_the_tag() {
+        // `!worker-1` unquoted is a tag on an empty string, never a node name.
+        let (_, found) = parse_text("nodeName: !worker-1\n");
+        assert_eq!(
+            found,
+            ["config.yaml:1:11: error: `!worker-1` is read as a YAML tag, not as text"]
         );
     }
 

@@ -21,7 +21,7 @@
 mod decode;
 mod parse;
 
-pub use parse::yaml_error;
+pub use parse::{tag_span, yaml_error};
 mod peek;
 mod read;
 

@@ -141,6 +141,10 @@ fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    // `selector: !has(x)` is a YAML tag on an empty string, which would select everything: a
+    // tag other than YAML's own is an error, never silently dropped.
+    options.reject_unsupported_tags = true;
+    options.reject_tagged_field_names = true;
     // Policy files have little use for aliases; a small replay budget stops alias bombs early.
     options.alias_limits.max_total_replayed_events = 100_000;
     if let Some(budget) = options.budget.as_mut() {
@@ -387,7 +391,25 @@ fn yaml_diagnostic(
             Span::new(document.offset + span.start, span.end - span.start)
         })
         .unwrap_or(Span::at(document.offset));
-    yaml_error(file, span, &error.to_string())
+    let message = error.to_string();
+    let span = tag_span(document.text, document.offset, span, &message);
+    yaml_error(file, span, &message)
+}
+
+/// The parser places a tag's error after the tagged node; the writer needs the tag itself:
+/// its last spelling in `text` before `span` (positions in `text` start at `offset`).
+pub fn tag_span(text: &str, offset: usize, span: Span, message: &str) -> Span {
+    let message = clean_yaml_message(message);
+    let Some(tag) = message
+        .strip_prefix("unsupported tag `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    else {
+        return span;
+    };
+    let end = span.end.saturating_sub(offset).min(text.len());
+    text.get(..end)
+        .and_then(|before| before.rfind(tag))
+        .map_or(span, |at| Span::new(offset + at, tag.len()))
 }
 
 /// A YAML parser's error at `span` as a diagnostic: the position said once (the diagnostic's),
@@ -424,6 +446,16 @@ fn in_words(message: &str) -> Option<(String, String)> {
         return Some((
             format!("{value} is not a finite number"),
             "write a number within the range of a 64-bit float, such as `100` or `-5.5`".to_owned(),
+        ));
+    }
+    if let Some(rest) = message.strip_prefix("unsupported tag `")
+        && let Some(tag) = rest.strip_suffix('`')
+    {
+        return Some((
+            format!("`{tag}` is read as a YAML tag, not as text"),
+            format!(
+                "YAML takes a `!` at the start of a value as a tag: quote the whole value, as in `\"{tag}\"`"
+            ),
         ));
     }
     if message == "recursion limit exceeded" {
@@ -772,6 +804,42 @@ mod tests {
                 "{errors:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_tag_is_an_error_never_an_empty_value() {
+        // Unquoted, `!has(x)` is a tag on an empty string: the selector would be `all()`.
+        for (text, expected) in [
+            (
+                "kind: GlobalNetworkPolicy\nspec:\n  selector: !has(kubernetes.io/hostname)\n",
+                "p.yaml:3:13: error: `!has(kubernetes.io/hostname)` is read as a YAML tag, not as text",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nspec:\n  ingress:\n  - action: Allow\n    source: {selector: !has(blocked)}\n",
+                "error: `!has(blocked)` is read as a YAML tag",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nspec:\n  selector: !foo \"has(a)\"\n",
+                "error: `!foo` is read as a YAML tag",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nspec:\n  !foo selector: all()\n",
+                "p.yaml:3:3: error:",
+            ),
+        ] {
+            let (resources, errors) = parse(text);
+            assert!(resources.is_empty(), "{resources:?}");
+            assert!(
+                errors.iter().any(|error| error.contains(expected)),
+                "{expected} in {errors:?}"
+            );
+        }
+        // YAML's own tags still mean what they say.
+        let (resources, errors) = parse(
+            "kind: GlobalNetworkPolicy\nmetadata: {name: !!str a}\nspec:\n  selector: \"!has(x)\"\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(resources.len(), 1);
     }
 
     #[test]
