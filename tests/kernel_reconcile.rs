@@ -933,3 +933,80 @@ fn foreign_accept_cannot_bypass_native_nftables() {
     let (code, out) = guard.plan_detailed();
     assert_eq!(code, 0, "{out}");
 }
+
+/// Everything any backend holds: both iptables flavours in both families, the ipsets they
+/// share, and nftables' ruleset.
+fn every_backend(lab: &Lab) -> String {
+    let node = lab.node();
+    let mut text = String::new();
+    for program in [
+        "iptables-legacy-save",
+        "ip6tables-legacy-save",
+        "iptables-nft-save",
+        "ip6tables-nft-save",
+    ] {
+        text += &node.exec_ok(program, &[] as &[&str]);
+    }
+    text += &node.exec_ok("ipset", &["save"]);
+    text += &node.exec_ok("nft", &["list", "ruleset"]);
+    text
+}
+
+/// A host switched from one backend to another still holds the first one's rules, and they
+/// still filter. `cleanup` removes ours from every backend, whichever it is told to use; the
+/// two iptables backends share the ipsets, which a rule of either keeps from being destroyed
+/// (before, every cleanup failed on `destroy`, and the rules of both stayed).
+#[test]
+fn cleanup_removes_ours_from_every_backend() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let state = tempfile::tempdir().expect("state directory");
+    let guard = |backend| {
+        Guard::new(&lab)
+            .with_backend(backend)
+            .with_state_dir(state.path())
+    };
+    let before = guard("iptables-nft").snapshot();
+    let nft_before = nft_ruleset(&lab);
+    for backend in ["iptables-legacy", "nftables", "iptables-nft"] {
+        let guard = guard(backend);
+        guard.write_policy("a.yaml", &policy_a());
+        guard.apply();
+    }
+    let applied = every_backend(&lab);
+    for (what, held) in [
+        ("iptables-legacy", ":npg-PREROUTING"),
+        ("an ipset", "create npg4-"),
+        ("nftables", "table ip nodeport_guard"),
+    ] {
+        assert!(
+            applied.contains(held),
+            "{what} holds nothing of ours:\n{applied}"
+        );
+    }
+
+    let guard = guard("iptables-nft");
+    let out = guard.cleanup();
+    for backend in ["In iptables-legacy:", "In nftables:", "In iptables-nft:"] {
+        assert_contains(&out.stdout, backend, "cleanup names each backend");
+    }
+    let ours: Vec<String> = every_backend(&lab)
+        .lines()
+        .filter(|line| line.contains("npg") || line.contains("nodeport_guard"))
+        .map(str::to_owned)
+        .collect();
+    assert!(ours.is_empty(), "left after cleanup: {ours:#?}");
+    assert_contains(
+        &guard.cleanup().stdout,
+        "Nothing to clean up",
+        "a second cleanup",
+    );
+    // What other programs hold is as it was.
+    assert_same_state(&before, &guard.snapshot(), "state after cleanup");
+    let nft_after = nft_ruleset(&lab);
+    assert!(
+        nft_before == nft_after,
+        "nft list ruleset after cleanup differs from before:\n{}",
+        similar::TextDiff::from_lines(&nft_before, &nft_after).unified_diff()
+    );
+}

@@ -117,6 +117,12 @@ pub trait Backend: fmt::Debug + Send + Sync {
         Sign::NfGeneration
     }
 
+    /// Whether its sets are ipsets, which every iptables backend shares: one kernel subsystem,
+    /// whichever of x_tables or nf_tables holds the rules that refer to them.
+    fn shares_ipsets(&self) -> bool {
+        false
+    }
+
     /// How much of what [`Backend::observe`] reads [`Backend::sign`] covers, so that a state
     /// read (or written and verified) at one sign is still the kernel's at the same sign.
     fn sign_covers(&self) -> Coverage {

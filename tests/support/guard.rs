@@ -134,6 +134,12 @@ impl<'lab> Guard<'lab> {
         self
     }
 
+    /// Passes `--backend <name>` instead of the lab's flavour.
+    pub fn with_backend(mut self, name: &'static str) -> Self {
+        self.backend_arg = name;
+        self
+    }
+
     /// Passes `--state-dir <path>` instead of `<tmp>/state`.
     pub fn with_state_dir(mut self, path: impl Into<PathBuf>) -> Self {
         self.state_dir = path.into();

@@ -162,6 +162,10 @@ impl Backend for Iptables {
         }
     }
 
+    fn shares_ipsets(&self) -> bool {
+        true
+    }
+
     fn sign_covers(&self) -> Coverage {
         Coverage::Rules
     }
