@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::fixtures::Whitelist;
+use support::snapshot::Snapshot;
 use support::{
     Backend, Family, Guard, Lab, POLL, SETTLE_TIMEOUT, addr, assert_contains, assert_same_state,
     backend_tests, check_reachability, dropped, iptables, nft_tables, open, ports, replies, sa,
@@ -968,10 +969,13 @@ fn cleanup_removes_ours_from_every_backend() {
     };
     let before = guard("iptables-nft").snapshot();
     let nft_before = nft_ruleset(&lab);
+    // An apply with a confirm window leaves the other backends' rules alone (a rollback could
+    // not put them back), so all three keep theirs.
     for backend in ["iptables-legacy", "nftables", "iptables-nft"] {
         let guard = guard(backend);
         guard.write_policy("a.yaml", &policy_a());
-        guard.apply();
+        guard.run_expect(&["apply", "--yes", "--confirm-timeout", "600"], 0);
+        guard.run_expect(&["confirm"], 0);
     }
     let applied = every_backend(&lab);
     for (what, held) in [
@@ -1009,4 +1013,66 @@ fn cleanup_removes_ours_from_every_backend() {
         "nft list ruleset after cleanup differs from before:\n{}",
         similar::TextDiff::from_lines(&nft_before, &nft_after).unified_diff()
     );
+}
+
+/// Policy set A with `count` more sources in 203.0.113.0/24 (the sources become an ipset).
+fn whitelist_of(count: u8) -> String {
+    let more = (0..count).map(|at| format!("203.0.113.{at}/32"));
+    Whitelist::mission()
+        .name("guard-nodeport")
+        .nets(std::iter::once(format!("{}/32", addr::CLIENT_V4[0])).chain(more))
+        .port(ports::NODEPORT)
+        .yaml()
+}
+
+/// Switching backends: `plan` shows the rules the old backend still holds, and `apply` with
+/// the new one removes them once its own write stands, even when the policies changed in
+/// between so that the new backend no longer wants a set the old one's rules refer to
+/// (before, that apply failed on `destroy` and rolled back, every time).
+#[test]
+fn apply_on_another_backend_removes_the_first_one_s_rules() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let state = tempfile::tempdir().expect("state directory");
+    let legacy = Guard::new(&lab)
+        .with_backend("iptables-legacy")
+        .with_state_dir(state.path());
+    legacy.write_policy("a.yaml", &whitelist_of(20));
+    legacy.apply();
+    let sets_before = Snapshot::take(&lab).set_names();
+
+    let nft = Guard::new(&lab)
+        .with_backend("iptables-nft")
+        .with_state_dir(state.path());
+    nft.write_policy("a.yaml", &whitelist_of(0));
+    let out = nft.run_expect(&["status", "--detailed-exitcode"], 2);
+    assert_contains(&out.stdout, "also in iptables-legacy", "status");
+    let (code, out) = nft.plan_detailed();
+    assert_eq!(code, 2, "{out}");
+    assert_contains(
+        &out.stdout,
+        "In iptables-legacy, rules of nodeport-guard",
+        "plan",
+    );
+    let out = nft.apply();
+    assert_contains(
+        &out.stdout,
+        "Removed the rules of nodeport-guard from iptables-legacy.",
+        "apply",
+    );
+    let legacy_rules = lab.node().exec_ok("iptables-legacy-save", &[] as &[&str])
+        + &lab.node().exec_ok("ip6tables-legacy-save", &[] as &[&str]);
+    assert!(
+        !legacy_rules.contains("npg"),
+        "iptables-legacy still holds ours:\n{legacy_rules}"
+    );
+    let sets_after = Snapshot::take(&lab).set_names();
+    assert!(
+        sets_before.iter().any(|set| !sets_after.contains(set)),
+        "a set only the old rules used is gone: {sets_before:?} then {sets_after:?}"
+    );
+    let (code, out) = nft.plan_detailed();
+    assert_eq!(code, 0, "{out}");
+    nft.run_expect(&["status", "--detailed-exitcode"], 0);
+    behaves_like_a(&lab, "after the switch");
 }

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::output::{ask, print_cuts, print_plan};
+use super::output::{ask, print_cuts, print_leftovers, print_plan};
 use super::plan::{print_rejected, print_warnings};
 use crate::counters::AppliedIndex;
 use crate::dataplane::{Backend, Host};
-use crate::engine::{Engine, SavedPlan, record};
+use crate::engine::{Engine, Leftover, SavedPlan, defer_set_deletions, record};
 use crate::model::{IpFamily, Model};
 use crate::plan;
 use crate::policy_set;
@@ -119,6 +119,17 @@ pub fn run(
         bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
     }
     let mut changes = plan::plan(&target.desired, &observed);
+    // Rules of ours in another backend (the host switched backends) still filter: they go once
+    // this write stands, and the sets they refer to after them.
+    let mut leftovers = engine.leftovers();
+    let deferred = leftovers
+        .iter()
+        .any(|leftover| leftover.dataplane.backend.shares_ipsets())
+        && target.backend.shares_ipsets()
+        && defer_set_deletions(&mut changes);
+    for leftover in &mut leftovers {
+        engine.name_policies(&mut leftover.plan, None);
+    }
     let model = model.or_else(|| {
         let policies = policy_set::from_files_through(
             &target.index.policy_files,
@@ -128,15 +139,29 @@ pub fn run(
         policies.is_valid().then_some(policies.model)
     });
     engine.name_policies(&mut changes, model.as_ref());
-    if changes.is_empty() {
+    if changes.is_empty() && leftovers.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
         record::applied(&engine.state_dir, &target.index);
         return Ok(ExitCode::SUCCESS);
     }
-    print_plan(&changes, full);
+    if !changes.is_empty() {
+        print_plan(&changes, full);
+    }
     if let Some(impact) = &cut_off {
         print_cuts(impact);
     }
+    if confirm_timeout.is_some() && !leftovers.is_empty() {
+        // A rollback puts back only this backend's rules: the others stay until an apply
+        // without a confirm window.
+        for leftover in &leftovers {
+            eprintln!(
+                "warning: rules of nodeport-guard in {} (from before a switch of backend) still filter; they stay while this apply waits for `confirm`, and the next apply without `--confirm-timeout` removes them",
+                leftover.dataplane.backend
+            );
+        }
+        leftovers.clear();
+    }
+    print_leftovers(&leftovers, full);
     if !ask("Apply these changes?", yes)? {
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
@@ -176,6 +201,7 @@ pub fn run(
         }
     };
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
+    retire(&dataplane, &target.desired, leftovers, deferred);
     if let Some(before) = revoke_from
         && !target.index.policy_files.is_empty()
     {
@@ -196,6 +222,34 @@ pub fn run(
         });
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Removes the rules of ours that other backends hold, now that the policies stand in this
+/// one, then the sets deferred for them. A failure is reported; the policies stay applied, and
+/// `plan` and the next apply show what is left.
+fn retire(
+    dataplane: &crate::dataplane::Dataplane<'_>,
+    desired: &State,
+    leftovers: Vec<Leftover<'_>>,
+    deferred: bool,
+) {
+    for leftover in leftovers {
+        let backend = leftover.dataplane.backend;
+        match reconcile::write_planned(
+            &leftover.dataplane,
+            &State::default(),
+            leftover.observed,
+            leftover.plan,
+        ) {
+            Ok(_) => println!("Removed the rules of nodeport-guard from {backend}."),
+            Err(error) => eprintln!(
+                "warning: the rules of nodeport-guard in {backend} were not removed, and still filter: {error}"
+            ),
+        }
+    }
+    if deferred && let Err(error) = reconcile::reconcile(dataplane, desired) {
+        eprintln!("warning: sets of nodeport-guard no longer used were not removed: {error}");
+    }
 }
 
 /// Cuts the established connections the applied policies deny and the ones before allowed

@@ -7,10 +7,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::output::{ask, print_plan};
-use crate::dataplane::{BACKENDS, Backend, Dataplane, Host};
+use crate::dataplane::Host;
 use crate::engine::{Engine, record};
-use crate::model::IpFamily;
-use crate::plan::{self, Plan};
 use crate::reconcile;
 use crate::settings::Settings;
 use crate::state::State;
@@ -18,53 +16,31 @@ use crate::state::State;
 /// `cleanup [--yes]`.
 pub fn run(settings: &Settings, runner: &dyn Host, yes: bool, full: bool) -> Result<ExitCode> {
     let engine = Engine::new(settings, runner);
-    let chosen = engine.backend;
     let state_dir = &engine.state_dir;
     let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
-    let mut steps = Vec::new();
-    for backend in others_then(chosen) {
-        let dataplane = Dataplane::new(
-            backend,
-            runner,
-            IpFamily::BOTH.to_vec(),
-            &settings.state_dir,
-        );
-        let observed = match dataplane.observe() {
-            Ok(observed) => observed,
-            Err(error) if !std::ptr::addr_eq(backend, chosen) => {
-                // Its programs are missing or its kernel part is absent: nothing of ours
-                // can be there.
-                tracing::debug!(%backend, %error, "cannot read this backend; skipping it");
-                continue;
-            }
-            Err(error) => return Err(error.into()),
-        };
-        steps.push((dataplane, observed));
-    }
-    let plans = plans(&steps);
-    let mut steps: Vec<_> = steps
-        .into_iter()
-        .zip(plans)
-        .filter(|(_, changes)| !changes.is_empty())
-        .collect();
+    let mut steps = engine.everything_of_ours()?;
     if steps.is_empty() {
-        println!("Nothing to clean up: nodeport-guard owns nothing in {chosen}.");
+        println!(
+            "Nothing to clean up: nodeport-guard owns nothing in {}.",
+            engine.backend
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let several = steps.len() > 1;
-    for ((dataplane, _), changes) in &mut steps {
-        engine.name_policies(changes, None);
+    for step in &mut steps {
+        engine.name_policies(&mut step.plan, None);
         if several {
-            println!("In {}:", dataplane.backend);
+            println!("In {}:", step.dataplane.backend);
         }
-        print_plan(changes, full);
+        print_plan(&step.plan, full);
     }
     if !ask("Remove all of these?", yes)? {
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
     }
-    for ((dataplane, observed), changes) in steps {
-        let outcome = reconcile::write_planned(&dataplane, &State::default(), observed, changes)?;
+    for step in steps {
+        let outcome =
+            reconcile::write_planned(&step.dataplane, &State::default(), step.observed, step.plan)?;
         record::change(state_dir, "cleanup", &outcome.plan);
     }
     state_dir.clear_pending().ok();
@@ -72,34 +48,4 @@ pub fn run(settings: &Settings, runner: &dyn Host, yes: bool, full: bool) -> Res
     state_dir.clear_applied().ok();
     println!("Removed every chain, jump and set of nodeport-guard.");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every backend, the chosen one last.
-fn others_then(chosen: &'static dyn Backend) -> Vec<&'static dyn Backend> {
-    let (mut order, last): (Vec<_>, Vec<_>) = BACKENDS
-        .iter()
-        .copied()
-        .partition(|backend| !std::ptr::addr_eq(*backend, chosen));
-    order.extend(last);
-    order
-}
-
-/// The plan that empties each backend, in order. The two iptables backends share the ipsets
-/// (one kernel subsystem), and a set cannot be destroyed while a rule of either refers to it:
-/// only the last of them removes the sets, after every rule of ours is gone. Pure.
-fn plans(steps: &[(Dataplane<'_>, State)]) -> Vec<Plan> {
-    let last_with_ipsets = steps
-        .iter()
-        .rposition(|(dataplane, _)| dataplane.backend.shares_ipsets());
-    steps
-        .iter()
-        .enumerate()
-        .map(|(at, (dataplane, observed))| {
-            let mut changes = plan::plan(&State::default(), observed);
-            if dataplane.backend.shares_ipsets() && Some(at) != last_with_ipsets {
-                changes.sets.clear();
-            }
-            changes
-        })
-        .collect()
 }

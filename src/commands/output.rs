@@ -33,6 +33,19 @@ pub fn print_plan(plan: &Plan, full: bool) {
     let _ = writeln!(stdout, "{}", plan.summary().line());
 }
 
+/// Rules of ours in other backends, each with what removes it: they were written before the
+/// host switched backends, they still filter, and `apply` removes them once its own write
+/// stands.
+pub fn print_leftovers(leftovers: &[crate::engine::Leftover<'_>], full: bool) {
+    for leftover in leftovers {
+        println!(
+            "In {}, rules of nodeport-guard from before a switch of backend still filter; `apply` removes them:",
+            leftover.dataplane.backend
+        );
+        print_plan(&leftover.plan, full);
+    }
+}
+
 /// The version of the JSON documents `plan`, `status` and `trace` print (`apiVersion`, with
 /// `kind`): within it fields are only ever added; a rename or removal makes a new version.
 pub const JSON_API_VERSION: &str = "nodeport-guard/v1";

@@ -61,6 +61,11 @@ pub fn run(
         plan: changes,
         ..
     } = &planned;
+    // Rules of ours in another backend (the host switched backends): `apply` removes them.
+    let mut leftovers = engine.leftovers();
+    for leftover in &mut leftovers {
+        engine.name_policies(&mut leftover.plan, None);
+    }
     let cut_off = engine.cut_off(prepared);
     let established = if changes.is_empty() {
         None
@@ -96,10 +101,15 @@ pub fn run(
                 "expiring": super::grants::list_json(&prepared.expiring, settings.load.now)["items"],
                 "openedPublishedPorts": opened,
                 "plan": changes,
+                "otherBackends": leftovers.iter().map(|leftover| serde_json::json!({
+                    "backend": leftover.dataplane.backend.name(),
+                    "summary": leftover.plan.summary(),
+                    "plan": leftover.plan,
+                })).collect::<Vec<_>>(),
             }),
         );
         println!("{}", serde_json::to_string_pretty(&value)?);
-    } else if changes.is_empty() {
+    } else if changes.is_empty() && leftovers.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
     } else {
         for line in &promotions {
@@ -115,6 +125,7 @@ pub fn run(
         for line in &opened {
             println!("warning: {line}");
         }
+        super::output::print_leftovers(&leftovers, full);
     }
     if !json {
         super::grants::write_expiring(
@@ -132,9 +143,11 @@ pub fn run(
             path.display()
         );
     }
-    Ok(if detailed && !changes.is_empty() {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if detailed && !(changes.is_empty() && leftovers.is_empty()) {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }

@@ -46,6 +46,8 @@ pub(super) struct Report {
     /// The resources of the policy files that carry an expiry, and when they were read.
     expiring: Vec<crate::grants::Expiring>,
     now: jiff::Timestamp,
+    /// The other backends that hold rules of ours (from before a switch of backend).
+    others: Vec<&'static str>,
 }
 
 /// `status [--json] [--detailed-exitcode]`: with `--detailed-exitcode`, 0 in sync, 2 out of
@@ -55,14 +57,21 @@ pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -
     let engine = crate::engine::Engine::new(settings, runner);
     let backend = engine.backend();
     let observed = engine.observe()?;
-    let report = gather(settings, backend, &observed, &state_dir)?;
+    let mut report = gather(settings, backend, &observed, &state_dir)?;
+    report.others = engine
+        .leftovers()
+        .iter()
+        .map(|leftover| leftover.dataplane.backend.name())
+        .collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
         report.print(&mut std::io::stdout().lock())?;
     }
     Ok(match (&report.sync, detailed) {
-        (_, false) | (Comparison::Same, true) => ExitCode::SUCCESS,
+        (_, false) => ExitCode::SUCCESS,
+        (Comparison::Same, true) if report.others.is_empty() => ExitCode::SUCCESS,
+        (Comparison::Same, true) => ExitCode::from(2),
         (Comparison::Differs(_), true) => ExitCode::from(2),
         (Comparison::Unknown(why), true) => {
             eprintln!("error: cannot tell whether the kernel is in sync: {why}");
@@ -137,6 +146,7 @@ pub(super) fn gather(
             _ => Vec::new(),
         },
         now: settings.load.now,
+        others: Vec::new(),
     })
 }
 
@@ -151,7 +161,7 @@ fn when(at: u64) -> String {
 impl Report {
     pub(super) fn json(&self) -> serde_json::Value {
         let (in_sync, differences) = match &self.sync {
-            Comparison::Same => (json!(true), serde_json::Value::Null),
+            Comparison::Same => (json!(self.others.is_empty()), serde_json::Value::Null),
             Comparison::Differs(changes) => (
                 json!(false),
                 json!({"summary": changes.summary(), "line": changes.summary().line(), "what": changes.describe()}),
@@ -175,6 +185,7 @@ impl Report {
                 "lastApply": self.last_apply,
                 "lastRollback": self.last_rollback,
                 "expiring": super::grants::list_json(&self.expiring, self.now)["items"],
+                "otherBackends": self.others,
             }),
         )
     }
@@ -222,6 +233,12 @@ impl Report {
                 "Cannot compare the kernel ({}) with the policies: {why}.",
                 self.backend
             )?,
+        }
+        for other in &self.others {
+            writeln!(
+                out,
+                "Out of sync: rules of nodeport-guard are also in {other}, from before a switch of backend, and still filter; `nodeport-guard apply` removes them."
+            )?;
         }
         self.print_history(out)?;
         super::grants::write_expiring(out, &self.expiring, self.now)?;

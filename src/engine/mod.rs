@@ -18,6 +18,7 @@
 
 mod applied;
 mod memory;
+mod others;
 pub mod record;
 mod saved;
 
@@ -26,6 +27,7 @@ use std::sync::Mutex;
 
 pub use applied::promotions;
 pub use memory::{Memory, Reconciled, Rendered};
+pub use others::{Leftover, defer_set_deletions};
 pub use saved::SavedPlan;
 
 use crate::compile::{self, Compiled};

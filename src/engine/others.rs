@@ -1,0 +1,109 @@
+//! Rules of ours in the backends the engine does not use: a host switched from one backend to
+//! another (`--backend`, or `backend:` in the config) still holds the first one's rules, and
+//! they still filter. `cleanup` removes them with the rest; `apply` removes them once its own
+//! write stands; `plan` shows them.
+
+use crate::dataplane::{BACKENDS, Backend, Dataplane};
+use crate::model::IpFamily;
+use crate::plan::{self, Plan, SetAction};
+use crate::state::State;
+
+use super::Engine;
+
+/// One backend's part of ours, read, and the plan that removes it.
+pub struct Leftover<'a> {
+    /// The backend, bound to the engine's runner.
+    pub dataplane: Dataplane<'a>,
+    /// What it holds of ours.
+    pub observed: State,
+    /// What removes it (without the ipsets where another backend still refers to them).
+    pub plan: Plan,
+}
+
+impl<'a> Engine<'a> {
+    /// Every backend but the engine's, read, with the plan that empties each; those holding
+    /// nothing are left out. A backend that cannot be read (its programs are missing, its
+    /// kernel part is absent) holds nothing of ours.
+    pub fn leftovers(&self) -> Vec<Leftover<'a>> {
+        let steps = self.read_backends(|backend| !same(backend, self.backend));
+        empty_plans(steps, self.backend.shares_ipsets())
+    }
+
+    /// Every backend, the engine's last, read, with the plan that empties each (`cleanup`);
+    /// those holding nothing are left out. Only the engine's own backend must be readable.
+    pub fn everything_of_ours(
+        &self,
+    ) -> Result<Vec<Leftover<'a>>, crate::dataplane::DataplaneError> {
+        let mut steps = self.read_backends(|backend| !same(backend, self.backend));
+        let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
+        let observed = dataplane.observe()?;
+        steps.push((dataplane, observed));
+        Ok(empty_plans(steps, false))
+    }
+
+    fn read_backends(
+        &self,
+        wanted: impl Fn(&'static dyn Backend) -> bool,
+    ) -> Vec<(Dataplane<'a>, State)> {
+        BACKENDS
+            .iter()
+            .copied()
+            .filter(|backend| wanted(*backend))
+            .filter_map(|backend| {
+                let dataplane = Dataplane::new(
+                    backend,
+                    self.runner,
+                    IpFamily::BOTH.to_vec(),
+                    &self.settings.state_dir,
+                );
+                match dataplane.observe() {
+                    Ok(observed) => Some((dataplane, observed)),
+                    Err(error) => {
+                        tracing::debug!(%backend, %error, "cannot read this backend; nothing of ours is there");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+fn same(a: &'static dyn Backend, b: &'static dyn Backend) -> bool {
+    std::ptr::addr_eq(a, b)
+}
+
+/// The plan that empties each backend, in order, without those that hold nothing. The
+/// iptables backends share the ipsets (one kernel subsystem), and a set cannot be destroyed
+/// while a rule of either refers to it: only the last of them removes the sets, after every
+/// rule of ours is gone, and none does when `ipsets_kept` (the backend in use shares them
+/// and keeps what it needs). Pure.
+fn empty_plans<'a>(steps: Vec<(Dataplane<'a>, State)>, ipsets_kept: bool) -> Vec<Leftover<'a>> {
+    let last_with_ipsets = steps
+        .iter()
+        .rposition(|(dataplane, _)| dataplane.backend.shares_ipsets())
+        .filter(|_| !ipsets_kept);
+    steps
+        .into_iter()
+        .enumerate()
+        .map(|(at, (dataplane, observed))| {
+            let mut plan = plan::plan(&State::default(), &observed);
+            if dataplane.backend.shares_ipsets() && Some(at) != last_with_ipsets {
+                plan.sets.clear();
+            }
+            Leftover {
+                dataplane,
+                observed,
+                plan,
+            }
+        })
+        .filter(|leftover| !leftover.plan.is_empty())
+        .collect()
+}
+
+/// Takes the set deletions out of `changes`: while another backend's rules of ours refer to
+/// a set, it cannot be destroyed; they are made again once those rules are gone.
+pub fn defer_set_deletions(changes: &mut Plan) -> bool {
+    let before = changes.sets.len();
+    changes.sets.retain(|set| set.action != SetAction::Delete);
+    changes.sets.len() != before
+}
