@@ -121,6 +121,15 @@ spec:
       protocol: SCTP
       destination:
         ports: [9000]
+    # Out of order, overlapping and adjacent: nft lists its sets sorted and merged.
+    - action: Allow
+      protocol: UDP
+      destination:
+        ports: [8080, 80, "70:90", 81, 443, 443, "30000:30005", 30006, 65534, 65535]
+    - action: Allow
+      protocol: TCP
+      destination:
+        notPorts: [9001, 22]
     - action: Allow
       protocol: UDPLite
       # Words the comment changes: sanitized (quote, backticks) and cut to what it holds.

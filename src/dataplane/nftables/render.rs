@@ -25,8 +25,8 @@ use std::fmt::Write as _;
 
 use crate::model::IpFamily;
 use crate::ruleset::{
-    Action, Chain, CtState, Hook, IpSet, Match, Rule, Ruleset, SetKind, SetLookup, SetMember, Side,
-    Table,
+    Action, Chain, CtState, Hook, IpSet, Match, PortRange, Rule, Ruleset, SetKind, SetLookup,
+    SetMember, Side, Table,
 };
 use crate::ruleset::{CHAIN_PREFIX, DEFAULT_KERNEL_LOG_LEVEL, NFLOG_SIZE, sanitize_comment};
 use crate::state::{HASH_LENGTH, HASH_PREFIX, RenderedRule, rule_hash};
@@ -345,7 +345,7 @@ fn render_match(
             negated,
         } => {
             let degenerate_range = unmergeable && *negated && *side == Side::Destination;
-            let list: Vec<String> = ports
+            let list: Vec<String> = listed_ports(ports)
                 .iter()
                 .map(|p| {
                     if p.first == p.last && !degenerate_range {
@@ -356,8 +356,10 @@ fn render_match(
                 })
                 .collect();
             let header = ported_header(protocol);
-            let values = match list.as_slice() {
-                [one] => one.clone(),
+            // One port is a value; more are an anonymous set, listed in braces even when nft
+            // merged them into one element.
+            let values = match (ports.len(), list.as_slice()) {
+                (1, [one]) => one.clone(),
                 _ => format!("{{ {} }}", list.join(", ")),
             };
             let _ = write!(
@@ -471,6 +473,30 @@ fn render_action(out: &mut String, action: &Action, table: Table) {
         }
         Action::NoTrack => out.push_str(" notrack"),
     }
+}
+
+/// The elements of an anonymous set of ports as nft lists them back: in order, without
+/// duplicates, and, in a set that holds a range (an interval set), with overlapping and
+/// adjacent elements merged: `{ 65534, 65535 }` stays, `{ 80-85, 86 }` is listed as
+/// `{ 80-86 }`. Rendering them so keeps a rule's words the kernel's, so that reading it back
+/// finds no change. Pure.
+fn listed_ports(ports: &[PortRange]) -> Vec<PortRange> {
+    let interval = ports.iter().any(|port| port.first != port.last);
+    let mut sorted = ports.to_vec();
+    sorted.sort_by_key(|port| (port.first, port.last));
+    let mut listed: Vec<PortRange> = Vec::with_capacity(sorted.len());
+    for port in sorted {
+        match listed.last_mut() {
+            Some(last)
+                if port.first <= last.last
+                    || interval && last.last.checked_add(1) == Some(port.first) =>
+            {
+                last.last = last.last.max(port.last);
+            }
+            _ => listed.push(port),
+        }
+    }
+    listed
 }
 
 /// Whether a rule excludes one port on each side (`tcp sport != 21403 tcp dport != 7000`).
@@ -765,5 +791,60 @@ fn syslog_level_name(level: u8) -> &'static str {
         5 => "notice",
         6 => "info",
         _ => "debug",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ports(text: &str) -> Vec<PortRange> {
+        text.split(", ")
+            .map(|part| {
+                let (first, last) = part.split_once('-').unwrap_or((part, part));
+                PortRange {
+                    first: first.parse().expect("port"),
+                    last: last.parse().expect("port"),
+                }
+            })
+            .collect()
+    }
+
+    fn listed(text: &str) -> String {
+        listed_ports(&ports(text))
+            .iter()
+            .map(|port| match port.first == port.last {
+                true => port.first.to_string(),
+                false => format!("{}-{}", port.first, port.last),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    #[test]
+    fn port_sets_are_rendered_as_nft_lists_them_back() {
+        // Each pair: what a policy says, what `nft list` (v1.0.6) printed after loading it.
+        for (written, listed_back) in [
+            ("8080, 80", "80, 8080"),
+            ("9000, 22", "22, 9000"),
+            ("80, 70-90, 81", "70-90"),
+            ("443, 443", "443"),
+            ("80, 81, 82", "80, 81, 82"),
+            ("65534, 65535", "65534, 65535"),
+            ("80-85, 86-90", "80-90"),
+            ("80-85, 86", "80-86"),
+            ("79, 80-85", "79-85"),
+            ("80-85, 87-90", "80-85, 87-90"),
+            ("80-85, 85-90", "80-90"),
+            ("80-85, 82", "80-85"),
+            ("1-2, 3-4, 5", "1-5"),
+            ("65530-65534, 65535", "65530-65535"),
+            ("80, 81, 82-85", "80-85"),
+            ("83, 84, 80-82", "80-84"),
+            ("5, 1-4, 5", "1-5"),
+            ("70-90, 65534, 65535", "70-90, 65534-65535"),
+        ] {
+            assert_eq!(listed(written), listed_back, "{written}");
+        }
     }
 }
