@@ -32,6 +32,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
     let mut traced = trace::trace(&set.model, &settings.config, &facts, &packet);
     traced.notes.splice(0..0, notes);
     traced.notes.extend(deciding_expiry(&set, &traced));
+    traced.notes.extend(dnat_note(&traced));
     let text = if args.json {
         let fields = serde_json::to_value(&traced).context("cannot encode the trace")?;
         let document = super::output::json_document("Trace", fields);
@@ -47,6 +48,17 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
         .write_all(text.as_bytes())
         .context("cannot write to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A packet judged in filter INPUT was taken to be for this host itself; `trace` reads no
+/// kernel, so it cannot know that nat PREROUTING sends a NodePort or a published port
+/// elsewhere, where normal policy judges it in FORWARD.
+fn dnat_note(traced: &Trace) -> Option<String> {
+    (traced.packet.travel == Travel::Inbound
+        && traced.verdict.at.as_deref() == Some("filter INPUT"))
+    .then(|| {
+        "judged as a packet for this host itself: if nat PREROUTING sends this port elsewhere (a NodePort, a `docker -p` port), normal policy judges it after that DNAT, in filter FORWARD, and only policies with `applyOnForward: true` count; trace that with `--direction forward` and the address and port it goes to (pre-DNAT policies judge it before, as above)".to_owned()
+    })
 }
 
 /// When the policy that decided the packet expires, in words, if it does: the verdict holds
@@ -102,6 +114,14 @@ pub fn packet(args: &TraceArgs) -> Result<(Packet, Vec<String>), String> {
         ));
     }
     let mut notes = Vec::new();
+    // A real ICMP message has a code; rules that name one must see it.
+    let icmp_code = match (icmp, args.icmp_type, args.icmp_code) {
+        (true, Some(_), None) => {
+            notes.push("ICMP code 0 assumed (--icmp-code to change it)".to_owned());
+            Some(0)
+        }
+        (_, _, code) => code,
+    };
     let sport = match (with_ports, args.sport) {
         (true, None) => {
             notes.push(format!(
@@ -140,7 +160,7 @@ pub fn packet(args: &TraceArgs) -> Result<(Packet, Vec<String>), String> {
         sport,
         dport: args.dport,
         icmp_type: args.icmp_type,
-        icmp_code: args.icmp_code,
+        icmp_code,
         in_interface,
         out_interface,
         travel,
@@ -286,4 +306,76 @@ fn packet_words(packet: &Packet) -> String {
         ),
     };
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn traced_packet(args: &[&str]) -> (Packet, Vec<String>) {
+        let cli = Cli::try_parse_from(["nodeport-guard", "trace"].iter().chain(args))
+            .expect("command line");
+        let Command::Trace(args) = &cli.command else {
+            panic!("not trace")
+        };
+        packet(args).expect("a packet")
+    }
+
+    #[test]
+    fn an_icmp_type_without_a_code_is_code_0_and_says_so() {
+        let args = ["--src", "198.51.100.10", "--dst", "198.51.100.1"];
+        let (packet, notes) = traced_packet(&[&args[..], &["--icmp-type", "8"]].concat());
+        assert_eq!((packet.icmp_type, packet.icmp_code), (Some(8), Some(0)));
+        assert!(
+            notes
+                .iter()
+                .any(|note| note.contains("ICMP code 0 assumed")),
+            "{notes:?}"
+        );
+        let (packet, notes) =
+            traced_packet(&[&args[..], &["--icmp-type", "3", "--icmp-code", "4"]].concat());
+        assert_eq!((packet.icmp_type, packet.icmp_code), (Some(3), Some(4)));
+        assert!(
+            !notes.iter().any(|note| note.contains("assumed")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_verdict_of_filter_input_says_a_dnat_would_be_judged_in_forward() {
+        let normal = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: web}\nspec:\n  ingress:\n  - {action: Allow, protocol: TCP, destination: {ports: [80]}}\n";
+        let pre_dnat = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: guard}\nspec:\n  preDNAT: true\n  applyOnForward: true\n  ingress:\n  - {action: Deny, protocol: TCP, destination: {ports: [30008]}}\n";
+        let args = [
+            "--src",
+            "198.51.100.10",
+            "--dst",
+            "198.51.100.1",
+            "--dport",
+            "30008",
+            "--iface",
+            "eth0",
+        ];
+        let (packet, _) = traced_packet(&args);
+        let trace_with = |yaml: &str| {
+            trace::trace(
+                &crate::fixtures::model(yaml),
+                &crate::config::Config::default(),
+                &crate::fixtures::golden_host(),
+                &packet,
+            )
+        };
+        let in_input = trace_with(normal);
+        assert_eq!(in_input.verdict.at.as_deref(), Some("filter INPUT"));
+        assert!(
+            dnat_note(&in_input).is_some_and(|note| note.contains("--direction forward")),
+            "{in_input:?}"
+        );
+        // Decided before any DNAT: nothing to add.
+        let before_dnat = trace_with(pre_dnat);
+        assert_eq!(before_dnat.verdict.outcome, Outcome::Dropped);
+        assert_eq!(dnat_note(&before_dnat), None);
+    }
 }
