@@ -1581,3 +1581,45 @@ fn idle_daemon_uses_almost_no_cpu(backend: Backend) {
     );
 }
 backend_tests!(idle_daemon_uses_almost_no_cpu);
+
+/// A daemon started after a switch of backend puts the policies into its own backend and then
+/// removes the old one's rules, which would go on filtering by the old policies: here the old
+/// rules allow SRC_B and refer to a set the new policies no longer want (a set that cannot be
+/// destroyed while they refer to it).
+#[test]
+fn a_daemon_on_another_backend_removes_the_first_one_s_rules() {
+    support::require_kernel!();
+    let lab = Lab::new(Backend::Nft);
+    let state = tempfile::tempdir().expect("state directory");
+    let legacy = daemon_guard(&lab, NO_RESYNC, "")
+        .with_backend("iptables-legacy")
+        .with_state_dir(state.path());
+    let many: Vec<String> = std::iter::once(format!("{SRC_B}/32"))
+        .chain((0..20).map(|at| format!("203.0.113.{at}/32")))
+        .collect();
+    legacy.write_policy(
+        "policies.yaml",
+        &Whitelist::mission().name("guard-nodeport").nets(many).yaml(),
+    );
+    legacy.apply();
+    assert_traffic(&lab, &[SRC_B], &[SRC_A], "the old backend's policies");
+
+    let nft = daemon_guard(&lab, NO_RESYNC, "")
+        .with_backend("iptables-nft")
+        .with_state_dir(state.path());
+    nft.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let daemon = Daemon::start(&nft);
+    daemon.expect_log(
+        0,
+        "removed the rules of nodeport-guard from the backend used before",
+        RELOAD_WITHIN,
+    );
+    let legacy_rules = lab.node().exec_ok("iptables-legacy-save", &[] as &[&str]);
+    assert!(
+        !legacy_rules.contains("npg"),
+        "iptables-legacy still holds ours:\n{legacy_rules}"
+    );
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "the new backend's policies alone");
+    let (code, out) = nft.plan_detailed();
+    assert_eq!(code, 0, "{out}");
+}

@@ -10,7 +10,7 @@ use super::output::{ask, print_cuts, print_leftovers, print_plan};
 use super::plan::{print_rejected, print_warnings};
 use crate::counters::AppliedIndex;
 use crate::dataplane::{Backend, Host};
-use crate::engine::{Engine, Leftover, SavedPlan, defer_set_deletions, record};
+use crate::engine::{Engine, Leftover, Retired, SavedPlan, defer_set_deletions, record};
 use crate::model::{IpFamily, Model};
 use crate::plan;
 use crate::policy_set;
@@ -201,7 +201,7 @@ pub fn run(
         }
     };
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
-    retire(&dataplane, &target.desired, leftovers, deferred);
+    retire(&engine, &dataplane, &target.desired, leftovers, deferred);
     if let Some(before) = revoke_from
         && !target.index.policy_files.is_empty()
     {
@@ -225,29 +225,25 @@ pub fn run(
 }
 
 /// Removes the rules of ours that other backends hold, now that the policies stand in this
-/// one, then the sets deferred for them. A failure is reported; the policies stay applied, and
-/// `plan` and the next apply show what is left.
+/// one, then the sets deferred for them, and says how it went: a failure is a warning, the
+/// policies stay applied, and `plan` and the next apply show what is left.
 fn retire(
+    engine: &Engine<'_>,
     dataplane: &crate::dataplane::Dataplane<'_>,
     desired: &State,
     leftovers: Vec<Leftover<'_>>,
     deferred: bool,
 ) {
-    for leftover in leftovers {
-        let backend = leftover.dataplane.backend;
-        match reconcile::write_planned(
-            &leftover.dataplane,
-            &State::default(),
-            leftover.observed,
-            leftover.plan,
-        ) {
-            Ok(_) => println!("Removed the rules of nodeport-guard from {backend}."),
-            Err(error) => eprintln!(
+    let (retired, sets) = engine.retire(dataplane, desired, leftovers, deferred);
+    for Retired { backend, error } in retired {
+        match error {
+            None => println!("Removed the rules of nodeport-guard from {backend}."),
+            Some(error) => eprintln!(
                 "warning: the rules of nodeport-guard in {backend} were not removed, and still filter: {error}"
             ),
         }
     }
-    if deferred && let Err(error) = reconcile::reconcile(dataplane, desired) {
+    if let Some(error) = sets {
         eprintln!("warning: sets of nodeport-guard no longer used were not removed: {error}");
     }
 }

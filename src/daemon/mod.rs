@@ -184,6 +184,7 @@ async fn run_loop(
         drift_watch = drift_watch.mode,
         "nodeport-guard daemon starting"
     );
+    daemon.switch_over();
     let before = drift_watch.reading();
     let reconciled = daemon.handle(Event::Resync);
     if let Some(applied) = daemon.applied_state() {

@@ -148,6 +148,30 @@ impl Daemon {
         Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
     }
 
+    /// At start: when other backends hold rules of ours (a switch of backend), puts the
+    /// policies into this one and removes theirs (see [`Engine::switch_over`]), and logs it.
+    pub(super) fn switch_over(&mut self) {
+        match self.engine().switch_over() {
+            None => {}
+            Some(Ok(retired)) => {
+                for crate::engine::Retired { backend, error } in retired {
+                    match error {
+                        None => {
+                            tracing::info!(%backend, "removed the rules of nodeport-guard from the backend used before")
+                        }
+                        Some(error) => {
+                            tracing::warn!(%backend, %error, "the rules of nodeport-guard in the backend used before were not removed, and still filter")
+                        }
+                    }
+                }
+            }
+            Some(Err(error)) => tracing::warn!(
+                %error,
+                "other backends hold rules of nodeport-guard, which still filter; the policies could not be put into this one first, so they stay"
+            ),
+        }
+    }
+
     /// Handles one event: computes what it comes to, then reports that. Returns whether it
     /// read the kernel and reconciled it with the rules it keeps: the policies, or the last
     /// good rules while the files are unusable; also when the write failed (the rules before

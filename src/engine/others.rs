@@ -107,3 +107,83 @@ pub fn defer_set_deletions(changes: &mut Plan) -> bool {
     changes.sets.retain(|set| set.action != SetAction::Delete);
     changes.sets.len() != before
 }
+
+/// One other backend's rules of ours, removed or not.
+pub struct Retired {
+    /// The backend that held them.
+    pub backend: &'static dyn Backend,
+    /// Why they were not removed (they still filter).
+    pub error: Option<String>,
+}
+
+impl Engine<'_> {
+    /// Removes the rules of ours that `leftovers` hold, now that the policies stand in this
+    /// engine's backend (`dataplane`, written to hold `desired`), then, with `deferred`, the
+    /// sets no longer wanted that they referred to. Each failure is reported and the rest go
+    /// on; the policies stay applied. Also says whether the deferred sets went.
+    pub fn retire(
+        &self,
+        dataplane: &Dataplane<'_>,
+        desired: &State,
+        leftovers: Vec<Leftover<'_>>,
+        deferred: bool,
+    ) -> (Vec<Retired>, Option<String>) {
+        let retired = leftovers
+            .into_iter()
+            .map(|leftover| Retired {
+                backend: leftover.dataplane.backend,
+                error: crate::reconcile::write_planned(
+                    &leftover.dataplane,
+                    &State::default(),
+                    leftover.observed,
+                    leftover.plan,
+                )
+                .err()
+                .map(|error| error.to_string()),
+            })
+            .collect();
+        let sets = deferred
+            .then(|| crate::reconcile::reconcile(dataplane, desired).err())
+            .flatten()
+            .map(|error| error.to_string());
+        (retired, sets)
+    }
+
+    /// When other backends hold rules of ours (the daemon starts after a switch of backend),
+    /// writes the policies into this engine's backend, the set deletions deferred while the
+    /// old rules refer to the sets, then removes the other backends' rules: the host is never
+    /// without the policies in between. `None` when no other backend holds anything of ours,
+    /// or the policies cannot be compiled or ask for nothing (the caller's first reconcile
+    /// says why, and the old rules keep filtering).
+    pub fn switch_over(&self) -> Option<Result<Vec<Retired>, String>> {
+        let leftovers = self.leftovers();
+        if leftovers.is_empty() {
+            return None;
+        }
+        let prepared = self.prepare().ok()?;
+        if prepared.desired.is_empty() {
+            return None;
+        }
+        let dataplane = self.dataplane(prepared.compiled.ruleset.ip_families());
+        let observed = match dataplane.observe() {
+            Ok(observed) => observed,
+            Err(error) => return Some(Err(error.to_string())),
+        };
+        let mut changes = plan::plan(&prepared.desired, &observed);
+        let deferred = self.backend.shares_ipsets()
+            && leftovers
+                .iter()
+                .any(|leftover| leftover.dataplane.backend.shares_ipsets())
+            && defer_set_deletions(&mut changes);
+        if let Err(error) =
+            crate::reconcile::write_planned(&dataplane, &prepared.desired, observed, changes)
+        {
+            return Some(Err(error.to_string()));
+        }
+        let (retired, sets) = self.retire(&dataplane, &prepared.desired, leftovers, deferred);
+        if let Some(error) = sets {
+            tracing::warn!(%error, "sets of nodeport-guard no longer used were not removed");
+        }
+        Some(Ok(retired))
+    }
+}
