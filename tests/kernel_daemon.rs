@@ -1599,7 +1599,10 @@ fn a_daemon_on_another_backend_removes_the_first_one_s_rules() {
         .collect();
     legacy.write_policy(
         "policies.yaml",
-        &Whitelist::mission().name("guard-nodeport").nets(many).yaml(),
+        &Whitelist::mission()
+            .name("guard-nodeport")
+            .nets(many)
+            .yaml(),
     );
     legacy.apply();
     assert_traffic(&lab, &[SRC_B], &[SRC_A], "the old backend's policies");

@@ -52,7 +52,14 @@ pub fn run(
     full: bool,
 ) -> Result<ExitCode> {
     let engine = Engine::new(settings, runner);
-    let Some(planned) = planned(&engine)? else {
+    // Rules of ours in another backend (the host switched backends), read while the policies
+    // compile: `apply` removes them.
+    let (planned, mut leftovers) = std::thread::scope(|scope| {
+        let others = scope.spawn(|| engine.leftovers());
+        let planned = planned(&engine);
+        (planned, others.join().unwrap_or_default())
+    });
+    let Some(planned) = planned? else {
         return Ok(ExitCode::from(1));
     };
     let Planned {
@@ -61,8 +68,6 @@ pub fn run(
         plan: changes,
         ..
     } = &planned;
-    // Rules of ours in another backend (the host switched backends): `apply` removes them.
-    let mut leftovers = engine.leftovers();
     for leftover in &mut leftovers {
         engine.name_policies(&mut leftover.plan, None);
     }

@@ -347,6 +347,9 @@ pub struct Dataplane<'r> {
     /// The families that are programmed; the other family is still read, so leftovers of ours
     /// there are cleaned up.
     pub families: Vec<IpFamily>,
+    /// Whether reading it reads the sets too: not for another iptables backend's rules while
+    /// the backend in use keeps the ipsets they share (see `engine::others`).
+    pub reads_sets: bool,
     /// Where the backend may remember what it created (iptables-nft: the base chains it made
     /// exist, so cleanup can remove them again).
     pub state_dir: PathBuf,
@@ -365,6 +368,7 @@ impl<'r> Dataplane<'r> {
             runner: host,
             kernel: host,
             holds_xtables_lock: false,
+            reads_sets: true,
             families,
             state_dir: state_dir.to_path_buf(),
         }
@@ -374,6 +378,7 @@ impl<'r> Dataplane<'r> {
     pub fn holding<'s>(&self, held: &'s dyn Host) -> Dataplane<'s> {
         Dataplane {
             holds_xtables_lock: true,
+            reads_sets: self.reads_sets,
             ..Dataplane::new(self.backend, held, self.families.clone(), &self.state_dir)
         }
     }

@@ -25,8 +25,9 @@ impl<'a> Engine<'a> {
     /// nothing are left out. A backend that cannot be read (its programs are missing, its
     /// kernel part is absent) holds nothing of ours.
     pub fn leftovers(&self) -> Vec<Leftover<'a>> {
-        let steps = self.read_backends(|backend| !same(backend, self.backend));
-        empty_plans(steps, self.backend.shares_ipsets())
+        let keeps_ipsets = self.backend.shares_ipsets();
+        let steps = self.read_backends(|backend| !same(backend, self.backend), keeps_ipsets);
+        empty_plans(steps, keeps_ipsets)
     }
 
     /// Every backend, the engine's last, read, with the plan that empties each (`cleanup`);
@@ -34,37 +35,56 @@ impl<'a> Engine<'a> {
     pub fn everything_of_ours(
         &self,
     ) -> Result<Vec<Leftover<'a>>, crate::dataplane::DataplaneError> {
-        let mut steps = self.read_backends(|backend| !same(backend, self.backend));
+        let mut steps = self.read_backends(|backend| !same(backend, self.backend), false);
         let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
         let observed = dataplane.observe()?;
         steps.push((dataplane, observed));
         Ok(empty_plans(steps, false))
     }
 
+    /// The backends `wanted` says, each read at the same time; with `keeps_ipsets`, the
+    /// iptables ones without the ipsets (the backend in use keeps them).
     fn read_backends(
         &self,
         wanted: impl Fn(&'static dyn Backend) -> bool,
+        keeps_ipsets: bool,
     ) -> Vec<(Dataplane<'a>, State)> {
-        BACKENDS
+        let wanted: Vec<_> = BACKENDS
             .iter()
             .copied()
             .filter(|backend| wanted(*backend))
-            .filter_map(|backend| {
-                let dataplane = Dataplane::new(
-                    backend,
-                    self.runner,
-                    IpFamily::BOTH.to_vec(),
-                    &self.settings.state_dir,
-                );
-                match dataplane.observe() {
-                    Ok(observed) => Some((dataplane, observed)),
-                    Err(error) => {
-                        tracing::debug!(%backend, %error, "cannot read this backend; nothing of ours is there");
-                        None
-                    }
-                }
-            })
-            .collect()
+            .collect();
+        std::thread::scope(|scope| {
+            let reads: Vec<_> = wanted
+                .into_iter()
+                .map(|backend| scope.spawn(move || self.read_backend(backend, keeps_ipsets)))
+                .collect();
+            reads
+                .into_iter()
+                .filter_map(|read| read.join().ok().flatten())
+                .collect()
+        })
+    }
+
+    fn read_backend(
+        &self,
+        backend: &'static dyn Backend,
+        keeps_ipsets: bool,
+    ) -> Option<(Dataplane<'a>, State)> {
+        let mut dataplane = Dataplane::new(
+            backend,
+            self.runner,
+            IpFamily::BOTH.to_vec(),
+            &self.settings.state_dir,
+        );
+        dataplane.reads_sets = !(keeps_ipsets && backend.shares_ipsets());
+        match dataplane.observe() {
+            Ok(observed) => Some((dataplane, observed)),
+            Err(error) => {
+                tracing::debug!(%backend, %error, "cannot read this backend; nothing of ours is there");
+                None
+            }
+        }
     }
 }
 

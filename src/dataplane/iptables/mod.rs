@@ -195,7 +195,9 @@ fn observe(iptables: &Iptables, dataplane: &Dataplane<'_>) -> Result<State, Data
                 scope.spawn(move || run_checked(runner, save, &["-c"], None)),
             )
         });
-        let sets = run_checked(runner, "ipset", &["save"], None);
+        let sets = dataplane
+            .reads_sets
+            .then(|| run_checked(runner, "ipset", &["save"], None));
         (saves.map(|(family, save)| (family, joined(save))), sets)
     });
     let mut state = State::default();
@@ -209,7 +211,9 @@ fn observe(iptables: &Iptables, dataplane: &Dataplane<'_>) -> Result<State, Data
             Err(error) => return Err(error),
         }
     }
-    parse::parse_ipset_save(&sets?.stdout, &mut state);
+    if let Some(sets) = sets {
+        parse::parse_ipset_save(&sets?.stdout, &mut state);
+    }
     Ok(state)
 }
 
