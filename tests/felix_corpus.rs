@@ -1437,7 +1437,7 @@ fn a_sixty_three_character_prefix_is_hashed_in_the_rules() {
     }
     rules.push_str("  - {action: Deny}\n");
     let yaml = format!(
-        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: {name}}}\nspec:\n  selector: all()\n  ingress:\n{rules}"
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: \"{name}\"}}\nspec:\n  selector: all()\n  ingress:\n{rules}"
     );
     let hashed = "DPI88|0123_S7GBfc7R7_4bzrXpbzglqoJrRG_UxIP0CuYjRWshz_7890123456";
     let ruleset = compiled(&yaml, &Config::default());
@@ -1478,7 +1478,7 @@ fn endpoint_policies(tier: &str, pre_dnat: bool) -> String {
         "  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]\n  egress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]\n"
     };
     yaml.push_str(&format!(
-        "---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: {name}}}\nspec:\n  tier: {tier}\n  selector: all()\n{spec}"
+        "---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: \"{name}\"}}\nspec:\n  tier: {tier}\n  selector: all()\n{spec}"
     ));
     yaml
 }

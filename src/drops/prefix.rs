@@ -683,7 +683,7 @@ spec:
             rules.push_str("  - {action: Allow, protocol: TCP, destination: {ports: [1]}}\n");
         }
         let yaml = format!(
-            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: {name}}}\nspec:\n  selector: all()\n  ingress:\n{rules}  - {{action: Deny}}\n"
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: \"{name}\"}}\nspec:\n  selector: all()\n  ingress:\n{rules}  - {{action: Deny}}\n"
         );
         let resolver = Resolver::new(&model_of(&yaml), &Config::default());
         assert_eq!(resolver.resolve(&hashed).policy(), Some(name));

@@ -145,6 +145,9 @@ fn yaml_options() -> serde_saphyr::Options {
     // tag other than YAML's own is an error, never silently dropped.
     options.reject_unsupported_tags = true;
     options.reject_tagged_field_names = true;
+    // A label value or a name written `true` or `1` is a boolean or a number to Calico's
+    // decoder, which refuses it where a string belongs; quoted, it is the string.
+    options.no_schema = true;
     // Policy files have little use for aliases; a small replay budget stops alias bombs early.
     options.alias_limits.max_total_replayed_events = 100_000;
     if let Some(budget) = options.budget.as_mut() {
@@ -458,6 +461,24 @@ fn in_words(message: &str) -> Option<(String, String)> {
             ),
         ));
     }
+    if let Some(rest) = message.strip_prefix("The string value [")
+        && let Some(value) = rest.strip_suffix("] must be quoted")
+    {
+        let kind =
+            if value.parse::<f64>().is_ok() || value.starts_with("0x") || value.starts_with("0o") {
+                "a number"
+            } else if ["", "~", "null", "Null", "NULL"].contains(&value) {
+                "null"
+            } else {
+                "a boolean"
+            };
+        return Some((
+            format!("`{value}` is {kind} to YAML, and text is needed here"),
+            format!(
+                "quote it: `\"{value}\"` (Calico's decoder refuses an unquoted `{value}` where a string belongs)"
+            ),
+        ));
+    }
     if message == "recursion limit exceeded" {
         return Some((
             "the YAML nests too deep here".to_owned(),
@@ -760,7 +781,7 @@ mod tests {
 
     #[test]
     fn list_kinds_and_top_level_sequences_are_flattened() {
-        let text = "apiVersion: projectcalico.org/v3\nkind: List\nitems:\n- kind: GlobalNetworkSet\n  metadata: {name: s}\n  spec: {nets: [192.0.2.0/24]}\n- kind: HostEndpoint\n  metadata: {name: h}\n  spec: {node: n, interfaceName: eth0}\n---\nkind: GlobalNetworkPolicyList\napiVersion: projectcalico.org/v3\nitems:\n- metadata: {name: p}\n  spec: {order: 1}\n---\n- apiVersion: projectcalico.org/v3\n  kind: GlobalNetworkPolicy\n  metadata: {name: q}\n";
+        let text = "apiVersion: projectcalico.org/v3\nkind: List\nitems:\n- kind: GlobalNetworkSet\n  metadata: {name: s}\n  spec: {nets: [192.0.2.0/24]}\n- kind: HostEndpoint\n  metadata: {name: h}\n  spec: {node: node1, interfaceName: eth0}\n---\nkind: GlobalNetworkPolicyList\napiVersion: projectcalico.org/v3\nitems:\n- metadata: {name: p}\n  spec: {order: 1}\n---\n- apiVersion: projectcalico.org/v3\n  kind: GlobalNetworkPolicy\n  metadata: {name: q}\n";
         let (resources, errors) = parse(text);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(
@@ -786,6 +807,18 @@ mod tests {
             (
                 "kind: GlobalNetworkPolicy\nspec:\n  order: 1e400\n",
                 "p.yaml:3:10: error: `1e400` is not a finite number",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nmetadata:\n  name: a\n  labels: {app: true}\n",
+                "p.yaml:4:17: error: `true` is a boolean to YAML, and text is needed here",
+            ),
+            (
+                "kind: HostEndpoint\nspec: {node: n}\n",
+                "p.yaml:2:14: error: `n` is a boolean to YAML, and text is needed here",
+            ),
+            (
+                "kind: GlobalNetworkPolicy\nmetadata: {name: 123}\n",
+                "p.yaml:2:18: error: `123` is a number to YAML, and text is needed here",
             ),
             (
                 "kind: GlobalNetworkPolicy\nmetadata: &a\n  labels: *a\n",
