@@ -131,6 +131,25 @@ spec:
       destination:
         notPorts: [9001, 22]
     - action: Allow
+      protocol: TCP
+      destination:
+        ports: [443, 443]
+    - action: Allow
+      protocol: TCP
+      destination:
+        ports: ["80:85", 86]
+    - action: Allow
+      protocol: UDP
+      destination:
+        notPorts: [22, 22]
+    # One port excluded on each side, written twice: still one port to nft.
+    - action: Allow
+      protocol: TCP
+      source:
+        notPorts: [21403]
+      destination:
+        notPorts: [7000, 7000]
+    - action: Allow
       protocol: UDPLite
       # Words the comment changes: sanitized (quote, backticks) and cut to what it holds.
       metadata:

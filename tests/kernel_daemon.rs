@@ -1610,10 +1610,20 @@ fn a_daemon_on_another_backend_removes_the_first_one_s_rules() {
     let nft = daemon_guard(&lab, NO_RESYNC, "")
         .with_backend("iptables-nft")
         .with_state_dir(state.path());
-    nft.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    // Started with an invalid file, it cannot put the policies into its own backend first:
+    // the old rules stay (and filter) until the file is fixed.
+    let file = nft.write_policy("policies.yaml", "kind: [");
     let daemon = Daemon::start(&nft);
     daemon.expect_log(
         0,
+        "other backends hold rules of nodeport-guard from before a switch of backend",
+        RELOAD_WITHIN,
+    );
+    assert_traffic(&lab, &[SRC_B], &[SRC_A], "while the files are invalid");
+    let mark = daemon.mark();
+    write_in_place(&file, &whitelist(&[SRC_A]));
+    daemon.expect_log(
+        mark,
         "removed the rules of nodeport-guard from the backend used before",
         RELOAD_WITHIN,
     );

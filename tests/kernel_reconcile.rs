@@ -1054,6 +1054,20 @@ fn apply_on_another_backend_removes_the_first_one_s_rules() {
         "In iptables-legacy, rules of nodeport-guard",
         "plan",
     );
+    // With a confirm window the old rules stay (a rollback could not put them back), and the
+    // set they refer to stays with them: the apply does not fail on it.
+    let out = nft.run_expect(&["apply", "--yes", "--confirm-timeout", "600"], 0);
+    assert_contains(
+        &out.stderr,
+        "rules of nodeport-guard in iptables-legacy (from before a switch of backend) still filter",
+        "apply with a confirm window",
+    );
+    nft.run_expect(&["confirm"], 0);
+    let still = lab.node().exec_ok("iptables-legacy-save", &[] as &[&str]);
+    assert!(
+        still.contains("npg"),
+        "iptables-legacy holds ours still:\n{still}"
+    );
     let out = nft.apply();
     assert_contains(
         &out.stdout,

@@ -68,17 +68,14 @@ pub fn run(
     // The policies to apply, validated (for naming the plan's chains); a saved plan's are
     // validated from its files below.
     let mut model = None;
+    // What other backends hold of ours (the host switched backends), read while the policies
+    // compile.
+    let mut leftovers = None;
     let target = match plan_file {
         Some(path) => saved_target(settings, path)?,
         None => {
-            let prepared = if lock.is_ok() {
-                engine.prepare_observing().map(|(prepared, observed)| {
-                    observation = Some(observed);
-                    prepared
-                })
-            } else {
-                engine.prepare()
-            };
+            let (prepared, observed, others) = prepare(&engine, lock.is_ok());
+            (observation, leftovers) = (observed, others);
             let prepared = match prepared {
                 Ok(prepared) => prepared,
                 Err(rejected) => {
@@ -119,17 +116,16 @@ pub fn run(
         bail!("stale plan: the kernel's rules changed since the plan was made; make a new plan");
     }
     let mut changes = plan::plan(&target.desired, &observed);
-    // Rules of ours in another backend (the host switched backends) still filter: they go once
-    // this write stands, and the sets they refer to after them.
-    let mut leftovers = engine.leftovers();
-    let deferred = leftovers
-        .iter()
-        .any(|leftover| leftover.dataplane.backend.shares_ipsets())
-        && target.backend.shares_ipsets()
-        && defer_set_deletions(&mut changes);
-    for leftover in &mut leftovers {
-        engine.name_policies(&mut leftover.plan, None);
-    }
+    let Others {
+        retired: leftovers,
+        deferred,
+    } = others(
+        &engine,
+        leftovers,
+        plan_file.is_some(),
+        confirm_timeout.is_some(),
+        &mut changes,
+    );
     let model = model.or_else(|| {
         let policies = policy_set::from_files_through(
             &target.index.policy_files,
@@ -150,18 +146,13 @@ pub fn run(
     if let Some(impact) = &cut_off {
         print_cuts(impact);
     }
-    if confirm_timeout.is_some() && !leftovers.is_empty() {
-        // A rollback puts back only this backend's rules: the others stay until an apply
-        // without a confirm window.
-        for leftover in &leftovers {
-            eprintln!(
-                "warning: rules of nodeport-guard in {} (from before a switch of backend) still filter; they stay while this apply waits for `confirm`, and the next apply without `--confirm-timeout` removes them",
-                leftover.dataplane.backend
-            );
-        }
-        leftovers.clear();
-    }
     print_leftovers(&leftovers, full);
+    if !deferred.is_empty() && !leftovers.is_empty() {
+        println!(
+            "Then the sets no longer used, once no rule refers to them: {}.",
+            deferred.join(", ")
+        );
+    }
     if !ask("Apply these changes?", yes)? {
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
@@ -201,7 +192,14 @@ pub fn run(
         }
     };
     println!("Applied in {} ms.", outcome.elapsed.as_millis());
-    retire(&engine, &dataplane, &target.desired, leftovers, deferred);
+    let retiring = !leftovers.is_empty();
+    retire(
+        &engine,
+        &dataplane,
+        &target.desired,
+        leftovers,
+        retiring && !deferred.is_empty(),
+    );
     if let Some(before) = revoke_from
         && !target.index.policy_files.is_empty()
     {
@@ -222,6 +220,89 @@ pub fn run(
         });
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The policies prepared, with the kernel read beside them when `observing` (the lock is
+/// held), and what other backends hold of ours, read at the same time.
+fn prepare<'a>(
+    engine: &Engine<'a>,
+    observing: bool,
+) -> (
+    Result<crate::engine::Prepared, crate::engine::Rejected>,
+    Option<crate::reconcile::view::Observation>,
+    Option<crate::engine::Leftovers<'a>>,
+) {
+    std::thread::scope(|scope| {
+        let others = scope.spawn(|| engine.leftovers());
+        let (prepared, observation) = if observing {
+            match engine.prepare_observing() {
+                Ok((prepared, observed)) => (Ok(prepared), Some(observed)),
+                Err(rejected) => (Err(rejected), None),
+            }
+        } else {
+            (engine.prepare(), None)
+        };
+        (prepared, observation, others.join().ok())
+    })
+}
+
+/// What other backends hold of ours, as an apply deals with it.
+struct Others<'a> {
+    /// What this apply removes once its own write stands.
+    retired: Vec<Leftover<'a>>,
+    /// The sets this apply does not delete while other backends' rules refer to them.
+    deferred: Vec<String>,
+}
+
+/// Rules of ours in another backend still filter: they go once this write stands, and the
+/// sets they refer to after them; with `kept_because`, they stay, said in a warning. Set
+/// deletions are deferred while they refer to the sets, either way.
+fn others<'a>(
+    engine: &Engine<'a>,
+    read_early: Option<crate::engine::Leftovers<'a>>,
+    saved_plan: bool,
+    confirm_window: bool,
+    changes: &mut plan::Plan,
+) -> Others<'a> {
+    let mut leftovers = read_early.unwrap_or_else(|| engine.leftovers());
+    leftovers.warn_unread();
+    let kept_because = if saved_plan {
+        Some("a saved plan is applied as it was shown; `apply` without a plan removes them")
+    } else if confirm_window {
+        // A rollback puts back only this backend's rules.
+        Some(
+            "they stay while this apply waits for `confirm`; the next apply without `--confirm-timeout` removes them",
+        )
+    } else {
+        None
+    };
+    let deferred = if engine.backend.shares_ipsets()
+        && leftovers
+            .found
+            .iter()
+            .any(|leftover| leftover.dataplane.backend.shares_ipsets())
+    {
+        defer_set_deletions(changes)
+    } else {
+        Vec::new()
+    };
+    if let Some(because) = kept_because {
+        for leftover in &leftovers.found {
+            eprintln!(
+                "warning: {} of nodeport-guard in {} (from before a switch of backend) still filter: {because}",
+                leftover.what(),
+                leftover.dataplane.backend
+            );
+        }
+        leftovers.found.clear();
+    }
+    for leftover in &mut leftovers.found {
+        engine.name_policies(&mut leftover.plan, None);
+    }
+    Others {
+        retired: leftovers.found,
+        deferred,
+    }
 }
 
 /// Removes the rules of ours that other backends hold, now that the policies stand in this

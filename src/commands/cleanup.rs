@@ -13,18 +13,25 @@ use crate::reconcile;
 use crate::settings::Settings;
 use crate::state::State;
 
-/// `cleanup [--yes]`.
+/// `cleanup [--yes]`: exit 1 when a backend could not be read or emptied (the others are
+/// emptied all the same).
 pub fn run(settings: &Settings, runner: &dyn Host, yes: bool, full: bool) -> Result<ExitCode> {
     let engine = Engine::new(settings, runner);
     let state_dir = &engine.state_dir;
     let _lock = state_dir.lock("nodeport-guard cleanup", false)?;
-    let mut steps = engine.everything_of_ours()?;
+    let everything = engine.everything_of_ours()?;
+    for (backend, error) in &everything.unread {
+        eprintln!(
+            "warning: cannot read {backend}, so rules of nodeport-guard there, if any, stay: {error}"
+        );
+    }
+    let mut steps = everything.found;
     if steps.is_empty() {
         println!(
             "Nothing to clean up: nodeport-guard owns nothing in {}.",
             engine.backend
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit(everything.unread.is_empty()));
     }
     let several = steps.len() > 1;
     for step in &mut steps {
@@ -38,14 +45,32 @@ pub fn run(settings: &Settings, runner: &dyn Host, yes: bool, full: bool) -> Res
         eprintln!("Nothing was changed.");
         return Ok(ExitCode::from(1));
     }
+    let mut all_removed = true;
     for step in steps {
-        let outcome =
-            reconcile::write_planned(&step.dataplane, &State::default(), step.observed, step.plan)?;
-        record::change(state_dir, "cleanup", &outcome.plan);
+        let backend = step.dataplane.backend;
+        match reconcile::write_planned(&step.dataplane, &State::default(), step.observed, step.plan)
+        {
+            Ok(outcome) => record::change(state_dir, "cleanup", &outcome.plan),
+            Err(error) => {
+                all_removed = false;
+                eprintln!("error: in {backend}: {error}");
+            }
+        }
+    }
+    if !all_removed {
+        return Ok(ExitCode::from(1));
     }
     state_dir.clear_pending().ok();
     // Nothing is applied any more: `status` names no rules.
     state_dir.clear_applied().ok();
     println!("Removed every chain, jump and set of nodeport-guard.");
-    Ok(ExitCode::SUCCESS)
+    Ok(exit(everything.unread.is_empty()))
+}
+
+fn exit(success: bool) -> ExitCode {
+    if success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

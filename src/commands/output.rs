@@ -38,10 +38,16 @@ pub fn print_plan(plan: &Plan, full: bool) {
 /// stands.
 pub fn print_leftovers(leftovers: &[crate::engine::Leftover<'_>], full: bool) {
     for leftover in leftovers {
-        println!(
-            "In {}, rules of nodeport-guard from before a switch of backend still filter; `apply` removes them:",
-            leftover.dataplane.backend
-        );
+        match leftover.what() {
+            "rules" => println!(
+                "In {}, rules of nodeport-guard from before a switch of backend still filter; `apply` removes them:",
+                leftover.dataplane.backend
+            ),
+            what => println!(
+                "In {}, {what} of nodeport-guard from before a switch of backend; `apply` removes them:",
+                leftover.dataplane.backend
+            ),
+        }
         print_plan(&leftover.plan, full);
     }
 }

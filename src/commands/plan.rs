@@ -68,7 +68,8 @@ pub fn run(
         plan: changes,
         ..
     } = &planned;
-    for leftover in &mut leftovers {
+    leftovers.warn_unread();
+    for leftover in &mut leftovers.found {
         engine.name_policies(&mut leftover.plan, None);
     }
     let cut_off = engine.cut_off(prepared);
@@ -106,7 +107,7 @@ pub fn run(
                 "expiring": super::grants::list_json(&prepared.expiring, settings.load.now)["items"],
                 "openedPublishedPorts": opened,
                 "plan": changes,
-                "otherBackends": leftovers.iter().map(|leftover| serde_json::json!({
+                "otherBackends": leftovers.found.iter().map(|leftover| serde_json::json!({
                     "backend": leftover.dataplane.backend.name(),
                     "summary": leftover.plan.summary(),
                     "plan": leftover.plan,
@@ -130,7 +131,7 @@ pub fn run(
         for line in &opened {
             println!("warning: {line}");
         }
-        super::output::print_leftovers(&leftovers, full);
+        super::output::print_leftovers(&leftovers.found, full);
     }
     if !json {
         super::grants::write_expiring(

@@ -58,8 +58,10 @@ pub fn run(settings: &Settings, runner: &dyn Host, json: bool, detailed: bool) -
     let backend = engine.backend();
     let observed = engine.observe()?;
     let mut report = gather(settings, backend, &observed, &state_dir)?;
-    report.others = engine
-        .leftovers()
+    let leftovers = engine.leftovers();
+    leftovers.warn_unread();
+    report.others = leftovers
+        .found
         .iter()
         .map(|leftover| leftover.dataplane.backend.name())
         .collect();
@@ -194,11 +196,14 @@ impl Report {
         print_table(out, &self.rows)?;
         writeln!(out)?;
         match (&self.sync, self.applied) {
-            (Comparison::Same, true) => writeln!(
+            (Comparison::Same, true) if self.others.is_empty() => writeln!(
                 out,
                 "In sync: the kernel holds exactly what the policies say ({}).",
                 self.backend
             )?,
+            (Comparison::Same, true) => {
+                writeln!(out, "{} holds exactly what the policies say.", self.backend)?
+            }
             (Comparison::Same, false) => writeln!(
                 out,
                 "Nothing of nodeport-guard is in the kernel ({}), and the policies ask for nothing on this host.",

@@ -55,6 +55,7 @@ pub fn run(settings: &Settings, args: &TraceArgs) -> Result<ExitCode> {
 /// elsewhere, where normal policy judges it in FORWARD.
 fn dnat_note(traced: &Trace) -> Option<String> {
     (traced.packet.travel == Travel::Inbound
+        && traced.packet.dport.is_some()
         && traced.verdict.at.as_deref() == Some("filter INPUT"))
     .then(|| {
         "judged as a packet for this host itself: if nat PREROUTING sends this port elsewhere (a NodePort, a `docker -p` port), normal policy judges it after that DNAT, in filter FORWARD, and only policies with `applyOnForward: true` count; trace that with `--direction forward` and the address and port it goes to (pre-DNAT policies judge it before, as above)".to_owned()

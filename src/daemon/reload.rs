@@ -51,6 +51,10 @@ pub(super) struct Daemon {
     /// The files read, compiled and rendered while the debounce runs, for the reload it ends
     /// in; the main loop drops it at every file event.
     pub(super) ahead: Option<Ahead>,
+    /// Whether other backends may still hold rules of ours (see [`Daemon::switch_over`]).
+    switch_pending: bool,
+    /// Whether the operator was told that they do (once).
+    switch_warned: bool,
 }
 
 /// A reload's work done ahead ([`Daemon::prepare`]): the files read and, when valid, compiled
@@ -137,6 +141,8 @@ impl Daemon {
             drop_log: None,
             expiry: expiry::Expiries::new(Arc::new(expiry::SystemClock)),
             ahead: None,
+            switch_pending: false,
+            switch_warned: false,
         }
     }
 
@@ -148,28 +154,48 @@ impl Daemon {
         Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
     }
 
-    /// At start: when other backends hold rules of ours (a switch of backend), puts the
-    /// policies into this one and removes theirs (see [`Engine::switch_over`]), and logs it.
+    /// At start, and before each event while it is not done: when other backends hold rules
+    /// of ours (a switch of backend), puts the policies into this one and removes theirs (see
+    /// [`Engine::switch_over`]), and logs it. While it waits (the policies are invalid, say)
+    /// the old rules keep filtering, and a reload's set deletions could fail on sets they
+    /// refer to: the next event tries again, and it is said at warning level once.
     pub(super) fn switch_over(&mut self) {
-        match self.engine().switch_over() {
-            None => {}
-            Some(Ok(retired)) => {
-                for crate::engine::Retired { backend, error } in retired {
+        use crate::engine::{Retired, SwitchOver};
+        let (done, warning) = match self.engine().switch_over() {
+            SwitchOver::Nothing => (true, None),
+            SwitchOver::Done(retired) => {
+                let mut done = true;
+                for Retired { backend, error } in retired {
                     match error {
                         None => {
                             tracing::info!(%backend, "removed the rules of nodeport-guard from the backend used before")
                         }
                         Some(error) => {
-                            tracing::warn!(%backend, %error, "the rules of nodeport-guard in the backend used before were not removed, and still filter")
+                            done = false;
+                            tracing::warn!(%backend, %error, "the rules of nodeport-guard in the backend used before were not removed, and still filter; trying again at the next event");
                         }
                     }
                 }
+                (done, None)
             }
-            Some(Err(error)) => tracing::warn!(
-                %error,
-                "other backends hold rules of nodeport-guard, which still filter; the policies could not be put into this one first, so they stay"
+            SwitchOver::Waiting(why) => (false, Some(why)),
+            SwitchOver::Failed(error) => (
+                false,
+                Some(format!("writing the policies here failed: {error}")),
             ),
+        };
+        if let Some(why) = warning {
+            if self.switch_warned {
+                tracing::debug!(why, "other backends still hold rules of nodeport-guard");
+            } else {
+                tracing::warn!(
+                    why,
+                    "other backends hold rules of nodeport-guard from before a switch of backend, and they still filter; they are removed once the policies can be put into this backend first"
+                );
+                self.switch_warned = true;
+            }
         }
+        self.switch_pending = !done;
     }
 
     /// Handles one event: computes what it comes to, then reports that. Returns whether it
@@ -179,6 +205,9 @@ impl Daemon {
     pub(super) fn handle(&mut self, event: Event) -> bool {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.heartbeat = Some(Instant::now());
+        }
+        if self.switch_pending {
+            self.switch_over();
         }
         let outcome = self.reload(event);
         let looked = match &outcome {

@@ -27,7 +27,7 @@ use std::sync::Mutex;
 
 pub use applied::promotions;
 pub use memory::{Memory, Reconciled, Rendered};
-pub use others::{Leftover, Retired, defer_set_deletions};
+pub use others::{Leftover, Leftovers, Retired, SwitchOver, defer_set_deletions};
 pub use saved::SavedPlan;
 
 use crate::compile::{self, Compiled};

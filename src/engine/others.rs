@@ -1,9 +1,9 @@
 //! Rules of ours in the backends the engine does not use: a host switched from one backend to
 //! another (`--backend`, or `backend:` in the config) still holds the first one's rules, and
-//! they still filter. `cleanup` removes them with the rest; `apply` removes them once its own
-//! write stands; `plan` shows them.
+//! they still filter. `cleanup` removes them with the rest; `apply` and the daemon remove them
+//! once their own write stands; `plan` and `status` show them.
 
-use crate::dataplane::{BACKENDS, Backend, Dataplane};
+use crate::dataplane::{BACKENDS, Backend, Dataplane, DataplaneError};
 use crate::model::IpFamily;
 use crate::plan::{self, Plan, SetAction};
 use crate::state::State;
@@ -16,75 +16,154 @@ pub struct Leftover<'a> {
     pub dataplane: Dataplane<'a>,
     /// What it holds of ours.
     pub observed: State,
-    /// What removes it (without the ipsets where another backend still refers to them).
+    /// What removes it (without the ipsets while another backend still refers to them).
     pub plan: Plan,
 }
 
+impl Leftover<'_> {
+    /// What it holds, in words: rules, or only the ipsets the iptables backends share.
+    pub fn what(&self) -> &'static str {
+        if self.plan.tables.is_empty() {
+            "sets"
+        } else {
+            "rules"
+        }
+    }
+}
+
+/// What the other backends hold of ours.
+#[derive(Default)]
+pub struct Leftovers<'a> {
+    /// Each backend holding anything of ours, with what removes it.
+    pub found: Vec<Leftover<'a>>,
+    /// The backends that could not be read, and why: rules of ours there would go unseen.
+    /// (A backend whose programs are not installed holds nothing and is not here.)
+    pub unread: Vec<(&'static dyn Backend, String)>,
+}
+
+impl Leftovers<'_> {
+    /// Whether another backend holds something of ours.
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// Says at warning level which backends could not be read.
+    pub fn warn_unread(&self) {
+        for (backend, error) in &self.unread {
+            tracing::warn!(%backend, %error, "cannot read this backend: rules of nodeport-guard there, if any, go unseen");
+        }
+    }
+}
+
 impl<'a> Engine<'a> {
-    /// Every backend but the engine's, read, with the plan that empties each; those holding
-    /// nothing are left out. A backend that cannot be read (its programs are missing, its
-    /// kernel part is absent) holds nothing of ours.
-    pub fn leftovers(&self) -> Vec<Leftover<'a>> {
-        let keeps_ipsets = self.backend.shares_ipsets();
-        let steps = self.read_backends(|backend| !same(backend, self.backend), keeps_ipsets);
-        empty_plans(steps, keeps_ipsets)
+    /// Every backend but the engine's, read at the same time, with the plan that empties
+    /// each; those holding nothing are left out.
+    pub fn leftovers(&self) -> Leftovers<'a> {
+        let order: Vec<_> = BACKENDS
+            .iter()
+            .copied()
+            .filter(|backend| !same(*backend, self.backend))
+            .collect();
+        // The backend in use keeps the ipsets when it shares them: the others' are not read.
+        let sets_by = if self.backend.shares_ipsets() {
+            None
+        } else {
+            last_sharing(&order)
+        };
+        let (steps, unread) = self.read_backends(&order, sets_by);
+        Leftovers {
+            found: empty_plans(steps, sets_by),
+            unread,
+        }
     }
 
     /// Every backend, the engine's last, read, with the plan that empties each (`cleanup`);
-    /// those holding nothing are left out. Only the engine's own backend must be readable.
-    pub fn everything_of_ours(
-        &self,
-    ) -> Result<Vec<Leftover<'a>>, crate::dataplane::DataplaneError> {
-        let mut steps = self.read_backends(|backend| !same(backend, self.backend), false);
-        let dataplane = self.dataplane(IpFamily::BOTH.to_vec());
-        let observed = dataplane.observe()?;
-        steps.push((dataplane, observed));
-        Ok(empty_plans(steps, false))
-    }
-
-    /// The backends `wanted` says, each read at the same time; with `keeps_ipsets`, the
-    /// iptables ones without the ipsets (the backend in use keeps them).
-    fn read_backends(
-        &self,
-        wanted: impl Fn(&'static dyn Backend) -> bool,
-        keeps_ipsets: bool,
-    ) -> Vec<(Dataplane<'a>, State)> {
-        let wanted: Vec<_> = BACKENDS
+    /// those holding nothing are left out. The engine's own backend must be readable.
+    pub fn everything_of_ours(&self) -> Result<Leftovers<'a>, DataplaneError> {
+        let mut order: Vec<_> = BACKENDS
             .iter()
             .copied()
-            .filter(|backend| wanted(*backend))
+            .filter(|backend| !same(*backend, self.backend))
             .collect();
-        std::thread::scope(|scope| {
-            let reads: Vec<_> = wanted
-                .into_iter()
-                .map(|backend| scope.spawn(move || self.read_backend(backend, keeps_ipsets)))
-                .collect();
-            reads
-                .into_iter()
-                .filter_map(|read| read.join().ok().flatten())
-                .collect()
+        order.push(self.backend);
+        let sets_by = last_sharing(&order);
+        let (mut steps, unread) = self.read_backends(&order[..order.len() - 1], sets_by);
+        let mut dataplane = self.dataplane(IpFamily::BOTH.to_vec());
+        dataplane.reads_sets = !self.backend.shares_ipsets() || sets_by == Some(order.len() - 1);
+        let observed = dataplane.observe()?;
+        steps.push((order.len() - 1, dataplane, observed));
+        Ok(Leftovers {
+            found: empty_plans(steps, sets_by),
+            unread,
         })
     }
 
-    fn read_backend(
+    /// The families to read another backend in: IPv6 only where the kernel has it (where it
+    /// does not, `ip6tables-save` fails, and nothing of ours can be there).
+    fn families(&self) -> Vec<IpFamily> {
+        if crate::system::host::kernel_has_ipv6() {
+            IpFamily::BOTH.to_vec()
+        } else {
+            vec![IpFamily::V4]
+        }
+    }
+
+    /// `order`'s backends, each read on a thread of its own, with their places in `order`;
+    /// of the iptables ones only the one at `sets_by` reads the ipsets they share.
+    #[allow(clippy::type_complexity)]
+    fn read_backends(
         &self,
-        backend: &'static dyn Backend,
-        keeps_ipsets: bool,
-    ) -> Option<(Dataplane<'a>, State)> {
-        let mut dataplane = Dataplane::new(
-            backend,
-            self.runner,
-            IpFamily::BOTH.to_vec(),
-            &self.settings.state_dir,
-        );
-        dataplane.reads_sets = !(keeps_ipsets && backend.shares_ipsets());
-        match dataplane.observe() {
-            Ok(observed) => Some((dataplane, observed)),
-            Err(error) => {
-                tracing::debug!(%backend, %error, "cannot read this backend; nothing of ours is there");
-                None
+        order: &[&'static dyn Backend],
+        sets_by: Option<usize>,
+    ) -> (
+        Vec<(usize, Dataplane<'a>, State)>,
+        Vec<(&'static dyn Backend, String)>,
+    ) {
+        let families = self.families();
+        let reads: Vec<_> = std::thread::scope(|scope| {
+            let reads: Vec<_> = order
+                .iter()
+                .enumerate()
+                .map(|(at, &backend)| {
+                    let families = families.clone();
+                    let reads_sets = !backend.shares_ipsets() || sets_by == Some(at);
+                    let read = scope.spawn(move || {
+                        let mut dataplane = Dataplane::new(
+                            backend,
+                            self.runner,
+                            families,
+                            &self.settings.state_dir,
+                        );
+                        dataplane.reads_sets = reads_sets;
+                        dataplane.observe().map(|observed| (dataplane, observed))
+                    });
+                    (at, backend, read)
+                })
+                .collect();
+            reads
+                .into_iter()
+                .map(|(at, backend, read)| {
+                    let result = read.join().unwrap_or_else(|_| {
+                        Err(DataplaneError::Verify("the reader panicked".into()))
+                    });
+                    (at, backend, result)
+                })
+                .collect()
+        });
+        let mut steps = Vec::new();
+        let mut unread = Vec::new();
+        for (at, backend, result) in reads {
+            match result {
+                Ok((dataplane, observed)) => steps.push((at, dataplane, observed)),
+                Err(DataplaneError::Spawn { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    tracing::debug!(%backend, "its programs are not installed: nothing of ours is there");
+                }
+                Err(error) => unread.push((backend, error.to_string())),
             }
         }
+        (steps, unread)
     }
 }
 
@@ -92,22 +171,24 @@ fn same(a: &'static dyn Backend, b: &'static dyn Backend) -> bool {
     std::ptr::addr_eq(a, b)
 }
 
-/// The plan that empties each backend, in order, without those that hold nothing. The
-/// iptables backends share the ipsets (one kernel subsystem), and a set cannot be destroyed
-/// while a rule of either refers to it: only the last of them removes the sets, after every
-/// rule of ours is gone, and none does when `ipsets_kept` (the backend in use shares them
-/// and keeps what it needs). Pure.
-fn empty_plans<'a>(steps: Vec<(Dataplane<'a>, State)>, ipsets_kept: bool) -> Vec<Leftover<'a>> {
-    let last_with_ipsets = steps
-        .iter()
-        .rposition(|(dataplane, _)| dataplane.backend.shares_ipsets())
-        .filter(|_| !ipsets_kept);
+/// The place of the last backend in `order` that shares the ipsets.
+fn last_sharing(order: &[&'static dyn Backend]) -> Option<usize> {
+    order.iter().rposition(|backend| backend.shares_ipsets())
+}
+
+/// The plan that empties each backend read, without those that hold nothing. The iptables
+/// backends share the ipsets (one kernel subsystem), and a set cannot be destroyed while a
+/// rule of either refers to it: only the backend at `sets_by`, the last of them, removes the
+/// sets, after every rule of ours is gone; with `None` the backend in use keeps them. Pure.
+fn empty_plans<'a>(
+    steps: Vec<(usize, Dataplane<'a>, State)>,
+    sets_by: Option<usize>,
+) -> Vec<Leftover<'a>> {
     steps
         .into_iter()
-        .enumerate()
-        .map(|(at, (dataplane, observed))| {
+        .map(|(at, dataplane, observed)| {
             let mut plan = plan::plan(&State::default(), &observed);
-            if dataplane.backend.shares_ipsets() && Some(at) != last_with_ipsets {
+            if dataplane.backend.shares_ipsets() && Some(at) != sets_by {
                 plan.sets.clear();
             }
             Leftover {
@@ -120,12 +201,14 @@ fn empty_plans<'a>(steps: Vec<(Dataplane<'a>, State)>, ipsets_kept: bool) -> Vec
         .collect()
 }
 
-/// Takes the set deletions out of `changes`: while another backend's rules of ours refer to
-/// a set, it cannot be destroyed; they are made again once those rules are gone.
-pub fn defer_set_deletions(changes: &mut Plan) -> bool {
-    let before = changes.sets.len();
-    changes.sets.retain(|set| set.action != SetAction::Delete);
-    changes.sets.len() != before
+/// Takes the set deletions out of `changes` and returns them: while another backend's rules
+/// of ours refer to a set, it cannot be destroyed; they are made once those rules are gone.
+pub fn defer_set_deletions(changes: &mut Plan) -> Vec<String> {
+    let (deleted, kept) = std::mem::take(&mut changes.sets)
+        .into_iter()
+        .partition(|set| set.action == SetAction::Delete);
+    changes.sets = kept;
+    deleted.into_iter().map(|set| set.name).collect()
 }
 
 /// One other backend's rules of ours, removed or not.
@@ -136,11 +219,24 @@ pub struct Retired {
     pub error: Option<String>,
 }
 
+/// What a start after a switch of backend came to (see [`Engine::switch_over`]).
+pub enum SwitchOver {
+    /// No other backend holds anything of ours (or none could be read: said at warning level).
+    Nothing,
+    /// Other backends hold rules of ours, but the policies cannot be put into this one first
+    /// (invalid, missing, or asking for nothing): the old rules stay, and filter.
+    Waiting(String),
+    /// The policies were written here; then each other backend's rules went, or not.
+    Done(Vec<Retired>),
+    /// Writing the policies here failed (rolled back): the old rules stay.
+    Failed(String),
+}
+
 impl Engine<'_> {
     /// Removes the rules of ours that `leftovers` hold, now that the policies stand in this
-    /// engine's backend (`dataplane`, written to hold `desired`), then, with `deferred`, the
-    /// sets no longer wanted that they referred to. Each failure is reported and the rest go
-    /// on; the policies stay applied. Also says whether the deferred sets went.
+    /// engine's backend (`dataplane`, written to hold `desired`), then, when set deletions were
+    /// deferred for them, those sets. Each failure is reported and the rest go on; the
+    /// policies stay applied. Also says whether the deferred sets went.
     pub fn retire(
         &self,
         dataplane: &Dataplane<'_>,
@@ -172,38 +268,49 @@ impl Engine<'_> {
     /// When other backends hold rules of ours (the daemon starts after a switch of backend),
     /// writes the policies into this engine's backend, the set deletions deferred while the
     /// old rules refer to the sets, then removes the other backends' rules: the host is never
-    /// without the policies in between. `None` when no other backend holds anything of ours,
-    /// or the policies cannot be compiled or ask for nothing (the caller's first reconcile
-    /// says why, and the old rules keep filtering).
-    pub fn switch_over(&self) -> Option<Result<Vec<Retired>, String>> {
+    /// without the policies in between.
+    pub fn switch_over(&self) -> SwitchOver {
         let leftovers = self.leftovers();
+        leftovers.warn_unread();
         if leftovers.is_empty() {
-            return None;
+            return SwitchOver::Nothing;
         }
-        let prepared = self.prepare().ok()?;
-        if prepared.desired.is_empty() {
-            return None;
-        }
+        let prepared = match self.prepare() {
+            Ok(prepared) if !prepared.desired.is_empty() => prepared,
+            Ok(_) => {
+                return SwitchOver::Waiting("the policies ask for nothing on this host".into());
+            }
+            Err(super::Rejected::MissingDirectory(dir)) => {
+                return SwitchOver::Waiting(format!(
+                    "the policy directory `{}` does not exist",
+                    dir.display()
+                ));
+            }
+            Err(super::Rejected::Invalid(_)) => {
+                return SwitchOver::Waiting("the policy files are invalid".into());
+            }
+        };
         let dataplane = self.dataplane(prepared.compiled.ruleset.ip_families());
         let observed = match dataplane.observe() {
             Ok(observed) => observed,
-            Err(error) => return Some(Err(error.to_string())),
+            Err(error) => return SwitchOver::Failed(error.to_string()),
         };
         let mut changes = plan::plan(&prepared.desired, &observed);
         let deferred = self.backend.shares_ipsets()
             && leftovers
+                .found
                 .iter()
                 .any(|leftover| leftover.dataplane.backend.shares_ipsets())
-            && defer_set_deletions(&mut changes);
+            && !defer_set_deletions(&mut changes).is_empty();
         if let Err(error) =
             crate::reconcile::write_planned(&dataplane, &prepared.desired, observed, changes)
         {
-            return Some(Err(error.to_string()));
+            return SwitchOver::Failed(error.to_string());
         }
-        let (retired, sets) = self.retire(&dataplane, &prepared.desired, leftovers, deferred);
+        let (retired, sets) = self.retire(&dataplane, &prepared.desired, leftovers.found, deferred);
         if let Some(error) = sets {
             tracing::warn!(%error, "sets of nodeport-guard no longer used were not removed");
         }
-        Some(Ok(retired))
+        SwitchOver::Done(retired)
     }
 }

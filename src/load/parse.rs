@@ -464,14 +464,17 @@ fn in_words(message: &str) -> Option<(String, String)> {
     if let Some(rest) = message.strip_prefix("The string value [")
         && let Some(value) = rest.strip_suffix("] must be quoted")
     {
-        let kind =
-            if value.parse::<f64>().is_ok() || value.starts_with("0x") || value.starts_with("0o") {
-                "a number"
-            } else if ["", "~", "null", "Null", "NULL"].contains(&value) {
-                "null"
-            } else {
-                "a boolean"
-            };
+        const BOOLEANS: &[&str] = &[
+            "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE",
+            "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+        ];
+        let kind = if BOOLEANS.contains(&value) {
+            "a boolean"
+        } else if ["", "~", "null", "Null", "NULL"].contains(&value) {
+            "null"
+        } else {
+            "a number"
+        };
         return Some((
             format!("`{value}` is {kind} to YAML, and text is needed here"),
             format!(

@@ -31,6 +31,12 @@ pub fn hostname() -> String {
         .to_lowercase()
 }
 
+/// Whether the kernel has IPv6 at all (not booted with `ipv6.disable=1`): then ip6tables and
+/// the `ip6` nftables family exist, whether or not the interfaces take IPv6 packets.
+pub fn kernel_has_ipv6() -> bool {
+    std::path::Path::new("/proc/sys/net/ipv6").exists()
+}
+
 /// Whether the kernel takes IPv6 packets at all: `disable_ipv6` is there and not 1.
 pub fn kernel_takes_ipv6() -> bool {
     std::fs::read_to_string(DISABLE_IPV6).is_ok_and(|text| text.trim() != "1")

@@ -356,10 +356,10 @@ fn render_match(
                 })
                 .collect();
             let header = ported_header(protocol);
-            // One port is a value; more are an anonymous set, listed in braces even when nft
-            // merged them into one element.
-            let values = match (ports.len(), list.as_slice()) {
-                (1, [one]) => one.clone(),
+            // One element is written as a value (nft would make a set of one a value anyway);
+            // more are an anonymous set.
+            let values = match list.as_slice() {
+                [one] => one.clone(),
                 _ => format!("{{ {} }}", list.join(", ")),
             };
             let _ = write!(
@@ -511,7 +511,8 @@ fn negated_port_pair(matches: &[Match]) -> bool {
     let single_excluded = |wanted: Side| {
         matches.iter().any(|matched| {
             matches!(matched, Match::Ports { side, ports, negated: true }
-                if *side == wanted && ports.len() == 1 && ports[0].first == ports[0].last)
+                if *side == wanted
+                    && matches!(listed_ports(ports).as_slice(), [one] if one.first == one.last))
         })
     };
     single_excluded(Side::Source) && single_excluded(Side::Destination)
