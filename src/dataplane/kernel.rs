@@ -28,6 +28,13 @@ pub trait Kernel: Send + Sync {
         None
     }
 
+    /// Whether the network namespace has any x_tables (iptables-legacy) table at all, in
+    /// either family: without one, iptables-legacy holds no rule. `None` when it cannot be
+    /// told.
+    fn has_xtables(&self) -> Option<bool> {
+        None
+    }
+
     /// Which kernel and network namespace the programs reach (see [`super::namespace`]), so
     /// that what was read of one is never taken for another's.
     fn namespace_identity(&self) -> Option<String> {
@@ -50,6 +57,10 @@ impl<K: Kernel + ?Sized> Kernel for &K {
 
     fn xtables_digest(&self) -> Option<u128> {
         (**self).xtables_digest()
+    }
+
+    fn has_xtables(&self) -> Option<bool> {
+        (**self).has_xtables()
     }
 
     fn namespace_identity(&self) -> Option<String> {

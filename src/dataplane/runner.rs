@@ -222,6 +222,12 @@ impl Kernel for SystemRunner {
             .ok()
     }
 
+    fn has_xtables(&self) -> Option<bool> {
+        super::xtables::any_table()
+            .inspect_err(|error| tracing::debug!(%error, "cannot list the x_tables tables"))
+            .ok()
+    }
+
     fn namespace_identity(&self) -> Option<String> {
         super::namespace::identity()
             .inspect_err(|error| {

@@ -109,6 +109,20 @@ pub fn digest_of(tables: &[(IpFamily, &str)]) -> io::Result<u128> {
     Ok(fingerprinter().of(&digests))
 }
 
+/// Whether the network namespace of this thread has any x_tables table, in either family
+/// (a kernel without x_tables has no such files: none).
+pub(crate) fn any_table() -> io::Result<bool> {
+    for family in IpFamily::BOTH {
+        match std::fs::read_to_string(names_file(family)) {
+            Ok(names) if names.lines().any(|name| !name.trim().is_empty()) => return Ok(true),
+            Ok(_) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(false)
+}
+
 /// The tables of `family` in the network namespace of this thread (`/proc/net` is that of the
 /// process's first thread).
 pub(crate) fn names_file(family: IpFamily) -> &'static str {

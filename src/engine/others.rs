@@ -3,7 +3,7 @@
 //! they still filter. `cleanup` removes them with the rest; `apply` and the daemon remove them
 //! once their own write stands; `plan` and `status` show them.
 
-use crate::dataplane::{BACKENDS, Backend, Dataplane, DataplaneError};
+use crate::dataplane::{BACKENDS, Backend, Dataplane, DataplaneError, Sign};
 use crate::model::IpFamily;
 use crate::plan::{self, Plan, SetAction};
 use crate::state::State;
@@ -128,6 +128,13 @@ impl<'a> Engine<'a> {
                     let families = families.clone();
                     let reads_sets = !backend.shares_ipsets() || sets_by == Some(at);
                     let read = scope.spawn(move || {
+                        // iptables-legacy without a single table holds nothing: no program
+                        // needs to run to say so.
+                        if backend.sign() == Sign::XtablesDigest
+                            && self.runner.has_xtables() == Some(false)
+                        {
+                            return Ok(None);
+                        }
                         let mut dataplane = Dataplane::new(
                             backend,
                             self.runner,
@@ -135,7 +142,16 @@ impl<'a> Engine<'a> {
                             &self.settings.state_dir,
                         );
                         dataplane.reads_sets = reads_sets;
-                        dataplane.observe().map(|observed| (dataplane, observed))
+                        match dataplane.observe() {
+                            Ok(observed) => Ok(Some((dataplane, observed))),
+                            // Its programs are not installed: nothing of ours is there.
+                            Err(DataplaneError::Spawn { source, .. })
+                                if source.kind() == std::io::ErrorKind::NotFound =>
+                            {
+                                Ok(None)
+                            }
+                            Err(error) => Err(error.to_string()),
+                        }
                     });
                     (at, backend, read)
                 })
@@ -143,9 +159,9 @@ impl<'a> Engine<'a> {
             reads
                 .into_iter()
                 .map(|(at, backend, read)| {
-                    let result = read.join().unwrap_or_else(|_| {
-                        Err(DataplaneError::Verify("the reader panicked".into()))
-                    });
+                    let result = read
+                        .join()
+                        .unwrap_or_else(|_| Err("the reader panicked".to_owned()));
                     (at, backend, result)
                 })
                 .collect()
@@ -154,13 +170,9 @@ impl<'a> Engine<'a> {
         let mut unread = Vec::new();
         for (at, backend, result) in reads {
             match result {
-                Ok((dataplane, observed)) => steps.push((at, dataplane, observed)),
-                Err(DataplaneError::Spawn { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    tracing::debug!(%backend, "its programs are not installed: nothing of ours is there");
-                }
-                Err(error) => unread.push((backend, error.to_string())),
+                Ok(Some((dataplane, observed))) => steps.push((at, dataplane, observed)),
+                Ok(None) => {}
+                Err(error) => unread.push((backend, error)),
             }
         }
         (steps, unread)
