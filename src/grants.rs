@@ -339,23 +339,32 @@ pub fn default_name(source: &IpNet, port: u16) -> String {
 /// An `order` that puts a policy before every other policy of the default tier (`exclude` is
 /// the grant's own policy, when it is replaced): one below the lowest order (or, where one less
 /// is the same float, as with `1e20`, the next float below it), or 0 when none has one (a
-/// policy without `order` runs last).
-pub fn first_order(model: &Model, exclude: &str) -> f64 {
-    model
+/// policy without `order` runs last). An error naming the policy when its order is the lowest
+/// a float holds, with none before it.
+pub fn first_order(model: &Model, exclude: &str) -> Result<f64, String> {
+    let lowest = model
         .policies()
         .iter()
         .chain(model.staged_policies())
         .filter(|policy| policy.tier == DEFAULT_TIER && policy.name != exclude)
-        .filter_map(|policy| policy.order)
-        .min_by(f64::total_cmp)
-        .map_or(0.0, |lowest| {
-            let below = (lowest - 1.0).floor();
-            if below < lowest {
-                below
-            } else {
-                lowest.next_down()
-            }
-        })
+        .filter_map(|policy| policy.order.map(|order| (order, &policy.name)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let Some((lowest, name)) = lowest else {
+        return Ok(0.0);
+    };
+    let below = (lowest - 1.0).floor();
+    let below = if below < lowest {
+        below
+    } else {
+        lowest.next_down()
+    };
+    if below.is_finite() {
+        Ok(below)
+    } else {
+        Err(format!(
+            "no order comes before the policy `{name}` (order {lowest:e}), and a grant must run first: give that policy a higher order"
+        ))
+    }
 }
 
 #[cfg(test)]

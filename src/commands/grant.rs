@@ -86,7 +86,13 @@ pub fn run(settings: &Settings, args: &GrantArgs) -> Result<ExitCode> {
         reason: args.reason.clone(),
         order: 0.0,
     };
-    grant.order = grants::first_order(&current.validated, &grant.policy_name());
+    grant.order = match grants::first_order(&current.validated, &grant.policy_name()) {
+        Ok(order) => order,
+        Err(why) => {
+            eprintln!("error: {why}; nothing written");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let text = grant.render();
     // The directory as it will be: the new file in place of the old one of its name.
     let mut files: Vec<PolicyFile> = crate::counters::policy_files(&current.sources)

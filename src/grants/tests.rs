@@ -209,13 +209,13 @@ fn grant_names_and_orders() {
         "2001-db8--7-443"
     );
     let set = with_grant("2026-01-01T00:00:00Z");
-    assert_eq!(first_order(&set.validated, "grant-new"), 8.0);
-    assert_eq!(first_order(&set.validated, "grant-vendor"), 9.0);
+    assert_eq!(first_order(&set.validated, "grant-new"), Ok(8.0));
+    assert_eq!(first_order(&set.validated, "grant-vendor"), Ok(9.0));
     let unordered = read(
         "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\n",
         "2026-01-01T00:00:00Z",
     );
-    assert_eq!(first_order(&unordered.validated, "grant-new"), 0.0);
+    assert_eq!(first_order(&unordered.validated, "grant-new"), Ok(0.0));
     assert_eq!(
         default_name(&"::/0".parse().expect("net"), 30008),
         "0-0-30008",
@@ -226,13 +226,20 @@ fn grant_names_and_orders() {
         "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\nspec:\n  order: 1e20\n",
         "2026-01-01T00:00:00Z",
     );
-    let order = first_order(&huge.validated, "grant-new");
+    let order = first_order(&huge.validated, "grant-new").expect("an order");
     assert!(order < 1e20, "{order}");
     assert_eq!(
         order.to_string().parse::<f64>().ok(),
         Some(order),
         "written as it is"
     );
+    // Nothing comes before the lowest float: said, never written as `-inf`.
+    let lowest = read(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: p\nspec:\n  order: -1.7976931348623157e308\n",
+        "2026-01-01T00:00:00Z",
+    );
+    let refused = first_order(&lowest.validated, "grant-new").expect_err("no order before it");
+    assert!(refused.contains("policy `p`"), "{refused}");
 }
 
 #[test]
