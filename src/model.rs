@@ -115,10 +115,15 @@ impl Model {
         &self.staged_deletions
     }
 
-    /// Whether the policy set holds no policy at all, enforced or staged (the daemon's
-    /// `allowEmpty` guard).
+    /// Whether the policy set holds no policy at all, enforced or staged.
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty() && self.staged.is_empty() && self.staged_deletions.is_empty()
+    }
+
+    /// Whether it enforces nothing: no policy but staged ones, which never change a verdict
+    /// (the daemon's `allowEmpty` guard).
+    pub fn enforces_nothing(&self) -> bool {
+        self.policies.is_empty()
     }
 }
 

@@ -37,10 +37,11 @@ impl PolicySet {
         !diagnostic::has_errors(&self.diagnostics)
     }
 
-    /// Whether the files hold no policy at all, counting those that have expired: an expiry
-    /// never counts as the directory emptying (the daemon's `allowEmpty` guard).
+    /// Whether the files hold no policy that enforces anything (staged ones never change a
+    /// verdict), counting those that have expired: an expiry never counts as the directory
+    /// emptying (the daemon's `allowEmpty` guard).
     pub fn holds_no_policy(&self) -> bool {
-        self.validated.is_empty()
+        self.validated.enforces_nothing()
     }
 
     /// The earliest expiry still to come, if any.

@@ -394,7 +394,7 @@ impl Daemon {
                 let what = if missing {
                     "is missing"
                 } else {
-                    "holds no policy at all"
+                    "holds no policy that enforces anything (staged policies never do)"
                 };
                 if !self.refusing_empty {
                     tracing::error!(
@@ -637,7 +637,7 @@ impl Daemon {
         if let Some(good) = self
             .last_good
             .as_ref()
-            .filter(|good| !good.model.is_empty())
+            .filter(|good| !good.model.enforces_nothing())
         {
             // Ending time-boxed exceptions early (`grant --revoke` of the last grant) is no
             // loss of protection, as their expiry is not.

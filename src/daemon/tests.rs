@@ -244,6 +244,22 @@ fn a_suddenly_empty_directory_keeps_the_rules() {
 }
 
 #[test]
+fn a_directory_left_with_staged_policies_only_keeps_the_rules() {
+    // A staged policy never changes a verdict: dropping to staged ones only is dropping every
+    // protection.
+    const STAGED: &str = "apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: try-deny}\nspec:\n  stagedAction: Set\n  preDNAT: true\n  applyOnForward: true\n  ingress: [{action: Deny, protocol: TCP, destination: {ports: [30008]}}]\n";
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        harness.write("staged.yaml", STAGED);
+        let ours = applied(&mut harness);
+        harness.remove("whitelist.yaml");
+        harness.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
+        assert!(harness.daemon.refusing_empty, "{backend}");
+    });
+}
+
+#[test]
 fn a_missing_directory_keeps_the_rules() {
     each_backend(|backend| {
         let mut harness = Harness::new(backend, false);
