@@ -30,7 +30,7 @@ struct LastGood {
 /// The daemon's state between events.
 pub(super) struct Daemon {
     pub(super) settings: Settings,
-    backend: &'static dyn Backend,
+    pub(super) backend: &'static dyn Backend,
     runner: Arc<dyn Host>,
     state_dir: StateDir,
     pub(super) metrics: metrics::Shared,
@@ -656,6 +656,9 @@ impl Daemon {
         if !event.repairs_with_last_good() {
             return None;
         }
+        if self.last_good.is_none() {
+            self.last_good = self.recorded_last_good(facts);
+        }
         self.expire_last_good(facts);
         let good = self.last_good.as_ref()?;
         let desired = if &good.facts == facts {
@@ -666,6 +669,37 @@ impl Daemon {
         };
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
         Some(engine.repair(&mut self.memory, &desired, facts.families()))
+    }
+
+    /// The last good rules when this daemon has applied none yet (it started while the files
+    /// were invalid or empty): the policy files of the last apply, as the state directory
+    /// recorded them, compiled for this host. Without them, drift could not be repaired and
+    /// "keeping the last good rules" would only be keeping what another program left.
+    fn recorded_last_good(&mut self, facts: &HostFacts) -> Option<LastGood> {
+        let index = self.state_dir.applied().ok().flatten()?;
+        if index.policy_files.is_empty() {
+            return None;
+        }
+        let set = crate::policy_set::from_files(&index.policy_files, self.expiry.now());
+        if !set.is_valid() {
+            return None;
+        }
+        let compiled = compile::compile(&set.model, &self.settings.config, facts);
+        let desired = self.backend.desired(&compiled.ruleset);
+        if desired.is_empty() {
+            return None;
+        }
+        tracing::info!(
+            policies = set.model.policies().len(),
+            "repairing with the policies of the last apply, as the state directory recorded them"
+        );
+        Some(LastGood {
+            fingerprint: set.fingerprint,
+            facts: facts.clone(),
+            model: set.model,
+            desired: Arc::new(desired),
+            families: facts.families(),
+        })
     }
 
     /// Logs and records what [`Daemon::repair_with_last_good`] did.

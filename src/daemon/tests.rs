@@ -43,6 +43,16 @@ impl Harness {
         }
     }
 
+    /// A new daemon on the same kernel, state directory and policies.
+    fn restart(&mut self) {
+        let settings = self.daemon.settings.clone();
+        let state_dir = StateDir::new(&settings.state_dir);
+        let runner: Arc<dyn Host> = self.kernel.clone();
+        let backend = self.daemon.backend;
+        let metrics: metrics::Shared = Arc::new(Mutex::new(metrics::Metrics::default()));
+        self.daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
+    }
+
     fn write(&self, name: &str, text: &str) {
         std::fs::write(self.policies.join(name), text).expect("write policy");
     }
@@ -146,6 +156,27 @@ fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
             "{backend}: repaired with the last good rules"
         );
         assert_eq!(harness.metric(|m| m.drift_repairs.resync), 1);
+    });
+}
+
+#[test]
+fn a_daemon_started_while_the_files_are_invalid_repairs_with_the_last_apply() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.write("whitelist.yaml", "kind: [");
+        // A new daemon (a restart): it has applied nothing, the state directory recorded the
+        // last apply's files.
+        harness.restart();
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(harness.ours(), ours, "{backend}: nothing changed at start");
+        harness.remove_our_allow_rule();
+        harness.daemon.handle(Event::Resync);
+        assert_eq!(
+            harness.ours(),
+            ours,
+            "{backend}: repaired with the last apply's policies"
+        );
     });
 }
 
