@@ -158,27 +158,42 @@ fn write_groups(out: &mut impl std::io::Write, groups: &[crate::revocation::Grou
 /// Most groups of established connections listed.
 const GROUPS_LISTED: usize = 10;
 
+/// What cuts established connections, for [`print_established`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cutting {
+    /// A change, with `revokeEstablished`.
+    OnChange,
+    /// Nothing: a change without `revokeEstablished`.
+    No,
+    /// `nodeport-guard revoke`, now.
+    OnDemand,
+}
+
 /// Says which established connections a change cuts (with `revokeEstablished`) or leaves
-/// running (without), to stderr.
-pub fn print_established(report: &crate::revocation::Report, revoke: bool) {
+/// running (without), or `revoke` cuts, to stderr.
+pub fn print_established(report: &crate::revocation::Report, cutting: Cutting) {
     let groups = report.groups();
     if groups.is_empty() {
         return;
     }
     let mut stderr = std::io::stderr().lock();
     let total = report.cuts.len();
-    let _ = if revoke {
-        writeln!(
+    let _ = match cutting {
+        Cutting::OnChange => writeln!(
             stderr,
             "note: {total} established connection{} the new policies deny will be cut (revokeEstablished):",
             plural(total)
-        )
-    } else {
-        writeln!(
+        ),
+        Cutting::No => writeln!(
             stderr,
             "note: {total} established connection{} the new policies deny will keep running: revokeEstablished is off, so only new connections are judged (`nodeport-guard revoke` cuts them):",
             plural(total)
-        )
+        ),
+        Cutting::OnDemand => writeln!(
+            stderr,
+            "{total} established connection{} the policies deny:",
+            plural(total)
+        ),
     };
     write_groups(&mut stderr, &groups);
     if report.truncated {

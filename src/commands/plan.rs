@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::output::{established_json, print_cuts, print_established, print_plan};
+use super::output::{Cutting, established_json, print_cuts, print_established, print_plan};
 use crate::engine::{self, Engine, Planned, Prepared, Rejected};
 use crate::settings::Settings;
 
@@ -126,7 +126,14 @@ pub fn run(
             print_cuts(impact);
         }
         if let Some(report) = &established {
-            print_established(report, settings.config.revoke_established);
+            print_established(
+                report,
+                if settings.config.revoke_established {
+                    Cutting::OnChange
+                } else {
+                    Cutting::No
+                },
+            );
         }
         for line in &opened {
             println!("warning: {line}");

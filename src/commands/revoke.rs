@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::output::{ask, print_established, print_revoked};
+use super::output::{Cutting, ask, print_established, print_revoked};
 use crate::dataplane::Host;
 use crate::policy_set;
 use crate::revocation;
@@ -31,7 +31,7 @@ pub fn run(settings: &Settings, runner: &dyn Host, yes: bool) -> Result<ExitCode
         );
         return Ok(ExitCode::SUCCESS);
     }
-    print_established(&found, true);
+    print_established(&found, Cutting::OnDemand);
     if !ask("Cut these connections?", yes)? {
         eprintln!("Nothing was cut.");
         return Ok(ExitCode::from(1));
