@@ -200,6 +200,7 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
                     .find(|rule| rule.hash.as_deref() == Some(entry.hash.as_str()))
             });
         let counters = found
+            .filter(|_| entry.origin.counted)
             .and_then(|rule| rule.counters.as_deref().copied())
             .unwrap_or_default();
         let total = totals

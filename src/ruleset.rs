@@ -225,6 +225,16 @@ pub struct RuleOrigin {
     /// Whether the policy is a staged one (it only logs).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub staged: bool,
+    /// Whether this kernel rule's counters count the policy rule's packets: the rule that
+    /// matches does; the log and verdict rules that follow it on its mark bit see the same
+    /// packets again, and only say whether the policy rule is whole (an older saved index
+    /// holds counted rules only).
+    #[serde(default = "counted_default", skip_serializing_if = "Clone::clone")]
+    pub counted: bool,
+}
+
+fn counted_default() -> bool {
+    true
 }
 
 /// Which address or port of a packet a match looks at.

@@ -492,6 +492,57 @@ fn status_text_says_what_the_kernel_holds_and_what_happened() {
     println!("{after}");
 }
 
+/// A policy rule is whole only with its log and verdict rules: one whose NFLOG rule is gone
+/// (no drop is logged) is `partly` in the kernel, and its packets are counted once.
+#[test]
+fn a_rule_without_its_log_rule_is_partly_in_the_kernel() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        assert_exit(harness.apply(None).expect("apply"), 0);
+        let presence = |harness: &Harness| {
+            let report = status::gather(
+                &harness.settings,
+                harness.backend,
+                &harness.ours(),
+                &harness.state_dir(),
+            )
+            .expect("status");
+            let json = report.json();
+            json["rules"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .map(|row| {
+                    (
+                        row["rule"].as_u64(),
+                        row["inKernel"].as_str().map(str::to_owned),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let whole = presence(&harness);
+        assert!(
+            whole
+                .iter()
+                .all(|(_, presence)| presence.as_deref() == Some("yes")),
+            "{backend}: {whole:?}"
+        );
+        let removed = harness
+            .kernel
+            .delete_rules_containing("DPI1|guard-nodeport");
+        assert!(removed > 0, "{backend}: no log rule removed");
+        let after = presence(&harness);
+        assert!(
+            after.contains(&(Some(1), Some("partly".to_owned()))),
+            "{backend}: {after:?}"
+        );
+        assert!(
+            after.contains(&(Some(0), Some("yes".to_owned()))),
+            "{backend}: {after:?}"
+        );
+    });
+}
+
 /// A rollback puts back what the kernel held before the apply. When that had drifted from what
 /// was applied before (a rule of ours deleted by another program), the record says so.
 #[test]

@@ -539,11 +539,25 @@ impl<'r, 'c> RuleScope<'r, 'c> {
         logged: bool,
         last: Action,
     ) -> Vec<Rule> {
-        let mut out = vec![self.main_rule(main, set_bit(bit))];
+        let main = self.main_rule(main, set_bit(bit));
+        // The rules on the mark bit are part of the policy rule (`status` says whether it is
+        // whole) but count no packet of their own.
+        let follow = |action| {
+            let mut rule = self.tag(Rule::new(vec![mark_set(bit)], action));
+            rule.origin = main.origin.as_ref().map(|origin| {
+                Box::new(RuleOrigin {
+                    counted: false,
+                    ..RuleOrigin::clone(origin)
+                })
+            });
+            rule
+        };
+        let mut out = Vec::with_capacity(3);
         if logged {
-            out.push(self.tag(Rule::new(vec![mark_set(bit)], self.log(letter))));
+            out.push(follow(self.log(letter)));
         }
-        out.push(self.tag(Rule::new(vec![mark_set(bit)], last)));
+        out.push(follow(last));
+        out.insert(0, main);
         out
     }
 
@@ -556,6 +570,7 @@ impl<'r, 'c> RuleScope<'r, 'c> {
             direction: self.context.direction,
             rule_index: self.index,
             staged: self.context.staged,
+            counted: true,
         }));
         rule
     }
