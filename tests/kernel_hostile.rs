@@ -443,6 +443,47 @@ fn a_set_flushed_right_after_a_repair_is_repaired_too(backend: Backend) {
 }
 backend_tests!(a_set_flushed_right_after_a_repair_is_repaired_too);
 
+/// One member of our sets swapped for another (`ipset del` then `ipset add`): the set's size
+/// stays, so only its members tell; repaired within a second, as a flush is (iptables
+/// backends: nftables' sets live in our table, whose every change is notified).
+fn a_member_swapped_in_a_set_of_ours_is_repaired_within_a_second(backend: Backend) {
+    if backend == Backend::Nftables {
+        return;
+    }
+    let lab = Lab::new(backend);
+    let guard = serving_guard(&lab);
+    let daemon = Daemon::start(&guard);
+    let applied = guard.our_rules_and_members();
+    let saved = lab.node().exec_ok("ipset", &["save"]);
+    let (set, member) = saved
+        .lines()
+        .filter_map(|line| line.strip_prefix("add "))
+        .filter(|rest| rest.starts_with("npg4"))
+        .find_map(|rest| rest.split_once(' '))
+        .map(|(set, member)| {
+            (
+                set.to_owned(),
+                member
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or(member)
+                    .to_owned(),
+            )
+        })
+        .unwrap_or_else(|| panic!("no set of ours with members in\n{saved}"));
+    repaired_within_a_second(
+        &daemon,
+        &format!("{backend}: {member} of {set} swapped"),
+        || {
+            lab.node().exec_ok("ipset", &["del", &set, &member]);
+            lab.node().exec_ok("ipset", &["add", &set, "203.0.113.200"]);
+        },
+    );
+    assert_eq!(guard.our_rules_and_members(), applied, "{backend}");
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "after the swap");
+}
+backend_tests!(a_member_swapped_in_a_set_of_ours_is_repaired_within_a_second);
+
 /// Empties the first of our IPv4 sets that holds a member: `ipset flush`, or nftables' `nft
 /// flush set` in our table.
 fn flush_a_set_of_ours(lab: &Lab) {

@@ -145,3 +145,76 @@ fn the_xtables_lock_keeps_other_iptables_out_and_lets_ours_in() {
     );
     assert!(after.success(), "the lock was not released: {after}");
 }
+
+/// The set poll's reading of an ipset: its size from the headers, and a fingerprint of its
+/// members that a swap of one member for another changes though the size stays, and that the
+/// order members were added in does not.
+#[test]
+fn an_ipset_fingerprint_sees_a_member_swapped_and_not_the_order() {
+    use nodeport_guard::dataplane::ipset_sizes::{fingerprint_of, set_fingerprint, set_sizes};
+    support::require_kernel!();
+    let netns = Netns::new();
+    let ipset = |args: &str| {
+        netns.exec_ok("ipset", &args.split_whitespace().collect::<Vec<_>>());
+    };
+    let read = |name: &'static str| {
+        netns
+            .run(move || set_fingerprint(name))
+            .unwrap_or_else(|error| panic!("fingerprint of {name}: {error}"))
+    };
+    ipset("create npg4-a hash:net family inet");
+    ipset("create npg4-b hash:net family inet");
+    for member in ["198.51.100.10", "203.0.113.0/28", "192.0.2.7"] {
+        ipset(&format!("add npg4-a {member}"));
+    }
+    for member in ["192.0.2.7", "198.51.100.10", "203.0.113.0/28"] {
+        ipset(&format!("add npg4-b {member}"));
+    }
+    assert_eq!(read("npg4-a"), read("npg4-b"), "the same members");
+    // What was written, as `ipset save` spells it, gives the same fingerprint.
+    let saved = netns.exec_ok("ipset", &["save", "npg4-a"]);
+    let members: Vec<&str> = saved
+        .lines()
+        .filter_map(|line| line.strip_prefix("add npg4-a "))
+        .collect();
+    assert_eq!(members.len(), 3, "{saved}");
+    assert_eq!(fingerprint_of(members), Some(read("npg4-a")), "{saved}");
+    ipset("create npg4-p hash:ip,port family inet");
+    ipset("add npg4-p 192.0.2.1,tcp:8080");
+    ipset("add npg4-p 192.0.2.1,udp:53");
+    ipset("add npg4-p 192.0.2.9,sctp:9");
+    let saved = netns.exec_ok("ipset", &["save", "npg4-p"]);
+    let members: Vec<&str> = saved
+        .lines()
+        .filter_map(|line| line.strip_prefix("add npg4-p "))
+        .collect();
+    assert_eq!(fingerprint_of(members), Some(read("npg4-p")), "{saved}");
+    let before = read("npg4-a");
+    ipset("del npg4-a 198.51.100.10");
+    ipset("add npg4-a 198.51.100.20");
+    let sizes = netns.run(set_sizes).expect("sizes");
+    assert_eq!(sizes.get("npg4-a"), Some(&3), "{sizes:?}");
+    assert_ne!(read("npg4-a"), before, "a member swapped");
+    ipset("del npg4-a 198.51.100.20");
+    ipset("add npg4-a 198.51.100.10");
+    assert_eq!(read("npg4-a"), before, "swapped back");
+    // A set of 5,000 members comes in several datagrams.
+    ipset("create npg6-big hash:ip family inet6 maxelem 65536");
+    let members: String = (0..5000u32)
+        .map(|at| format!("add npg6-big 2001:db8::{at:x}\n"))
+        .collect();
+    netns
+        .exec_with_stdin("ipset", &["restore"], members.as_bytes())
+        .expect_success();
+    let big = read("npg6-big");
+    let saved = netns.exec_ok("ipset", &["save", "npg6-big"]);
+    let members: Vec<&str> = saved
+        .lines()
+        .filter_map(|line| line.strip_prefix("add npg6-big "))
+        .collect();
+    assert_eq!(members.len(), 5000);
+    assert_eq!(fingerprint_of(members), Some(big));
+    ipset("del npg6-big 2001:db8::1");
+    ipset("add npg6-big 2001:db8:1::1");
+    assert_ne!(read("npg6-big"), big, "a member swapped in a big set");
+}

@@ -88,7 +88,19 @@ type Baseline = Arc<Mutex<Option<Expect>>>;
 /// the daemon has made: after each, a difference the poll already reported is reported again,
 /// since the check it brought may have read the sets before they changed (a set flushed while
 /// a repair of something else ran).
-type SetSizes = Arc<Mutex<(Option<BTreeMap<String, usize>>, u64)>>;
+type SetSizes = Arc<Mutex<SetExpectation>>;
+
+/// What the set poll expects of our ipsets (see [`SetSizes`]).
+#[derive(Clone, Debug, Default)]
+struct SetExpectation {
+    /// The members each set holds (`None` before the first apply).
+    sizes: Option<BTreeMap<String, usize>>,
+    /// The writes of ours so far.
+    writes: u64,
+    /// The fingerprint of each set of at most [`MAX_FINGERPRINTED`] members
+    /// ([`ipset_sizes::fingerprint_of`] what was applied).
+    prints: Arc<BTreeMap<String, u64>>,
+}
 
 /// What the next poll expects of our tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,8 +205,19 @@ impl Watch {
                 .iter()
                 .map(|(name, set)| (name.clone(), set.members.len()))
                 .collect();
+            let prints = applied
+                .sets
+                .iter()
+                .filter(|(_, set)| set.members.len() <= MAX_FINGERPRINTED)
+                .filter_map(|(name, set)| {
+                    let print =
+                        ipset_sizes::fingerprint_of(set.members.iter().map(String::as_str))?;
+                    Some((name.clone(), print))
+                })
+                .collect();
             if let Ok(mut shared) = self.set_sizes.lock() {
-                shared.0 = Some(sizes);
+                shared.sizes = Some(sizes);
+                shared.prints = Arc::new(prints);
             }
             self.from = Some(Arc::clone(applied));
         }
@@ -207,7 +230,7 @@ impl Watch {
         if self.writes != Some(writes)
             && let Ok(mut shared) = self.set_sizes.lock()
         {
-            shared.1 = writes;
+            shared.writes = writes;
         }
         if self.mode == "poll" {
             let wrote = self.writes.is_some_and(|before| before != writes);
@@ -366,19 +389,33 @@ fn start_poll(
         .is_ok()
 }
 
+/// Sets of at most this many members are fingerprinted too (see [`start_set_poll`]).
+const MAX_FINGERPRINTED: usize = 4096;
+
+/// How many sets each poll fingerprints, in turn.
+const FINGERPRINTS_PER_POLL: usize = 8;
+
 /// The set poll: the size of each of our ipsets every [`POLL_EVERY`], against what was last
 /// applied. A difference is reported once (a set that stays different after the check, whatever
-/// the reason, costs one check, not one every poll).
+/// the reason, costs one check, not one every poll). A member swapped for another keeps the
+/// size: while the sizes are as applied, each poll also reads the members of a few of our sets
+/// of at most [`MAX_FINGERPRINTED`] members, in turn, and reports a set whose fingerprint is
+/// not that of the members applied. (With a few sets, that is every set at every poll; a set
+/// bigger than that is checked by size only, and whole at resync.)
 fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
     let spawned = std::thread::Builder::new()
         .name("ipset-poll".into())
         .spawn(move || {
             let mut reported = None;
             let mut reported_after = 0;
+            let mut prints = Fingerprints::default();
             loop {
                 std::thread::sleep(POLL_EVERY);
-                let Some((Some(expected), writes)) =
-                    expected.lock().ok().map(|shared| shared.clone())
+                let Some(SetExpectation {
+                    sizes: Some(expected),
+                    writes,
+                    prints: expected_prints,
+                }) = expected.lock().ok().map(|shared| shared.clone())
                 else {
                     continue;
                 };
@@ -389,22 +426,66 @@ fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
                     continue;
                 };
                 now.retain(|name, _| crate::ruleset::is_our_set(name));
-                if now == expected {
+                let moved = if now == expected {
                     reported = None;
-                    continue;
-                }
-                if reported.as_ref() == Some(&now) {
-                    continue;
-                }
-                reported = Some(now);
-                reported_after = writes;
-                if events.send(Event::Drift(Trigger::Poll)).is_err() {
+                    prints.moved(&expected_prints, writes)
+                } else if reported.as_ref() == Some(&now) {
+                    false
+                } else {
+                    reported = Some(now);
+                    reported_after = writes;
+                    true
+                };
+                if moved && events.send(Event::Drift(Trigger::Poll)).is_err() {
                     break;
                 }
             }
         });
     if let Err(error) = spawned {
         tracing::warn!(%error, "cannot start the ipset poll; a change to our sets is only seen at resync");
+    }
+}
+
+/// The set poll's turn through our smaller sets' fingerprints, and what it reported.
+#[derive(Default)]
+struct Fingerprints {
+    /// The fingerprint last reported per set (said once, until our next write).
+    reported: BTreeMap<String, u64>,
+    /// The count of our writes `reported` is since.
+    after: u64,
+    /// Where the next poll starts among the sets, in turn.
+    next: usize,
+}
+
+impl Fingerprints {
+    /// Reads the next few sets' fingerprints; says whether one differs from `expected` (what
+    /// was applied) in a way not reported since write number `writes`.
+    fn moved(&mut self, expected: &BTreeMap<String, u64>, writes: u64) -> bool {
+        if self.after != writes {
+            self.reported.clear();
+            self.after = writes;
+        }
+        let sets: Vec<(&String, &u64)> = expected.iter().collect();
+        if sets.is_empty() {
+            return false;
+        }
+        let turn: Vec<(&String, &u64)> = (0..FINGERPRINTS_PER_POLL.min(sets.len()))
+            .map(|at| sets[(self.next + at) % sets.len()])
+            .collect();
+        let names: Vec<&str> = turn.iter().map(|(name, _)| name.as_str()).collect();
+        let mut moved = false;
+        for ((name, expected), print) in turn.into_iter().zip(ipset_sizes::set_fingerprints(&names))
+        {
+            let Ok(print) = print else {
+                continue;
+            };
+            if print != *expected && self.reported.get(name) != Some(&print) {
+                self.reported.insert(name.clone(), print);
+                moved = true;
+            }
+        }
+        self.next = (self.next + FINGERPRINTS_PER_POLL) % sets.len();
+        moved
     }
 }
 
