@@ -475,7 +475,10 @@ mod tests {
             fingerprint_of(["2001:db8::1", "198.51.100.7/32", "192.0.2.0/24"]),
             "order and a full-length prefix do not count"
         );
-        assert_ne!(one, fingerprint_of(["192.0.2.0/24", "198.51.100.8", "2001:db8::1"]));
+        assert_ne!(
+            one,
+            fingerprint_of(["192.0.2.0/24", "198.51.100.8", "2001:db8::1"])
+        );
         assert_ne!(one, fingerprint_of(["192.0.2.0/24", "198.51.100.7"]));
         assert_eq!(
             fingerprint_of(["192.0.2.1,tcp:8080"]),
@@ -487,5 +490,4 @@ mod tests {
         );
         assert_eq!(fingerprint_of(["not an address"]), None);
     }
-
 }
