@@ -206,10 +206,10 @@ pub fn rule_counters(observed: &State, index: &AppliedIndex) -> Vec<RuleCounter>
         let total = totals
             .entry((
                 entry.origin.staged,
-                entry.origin.policy.clone(),
+                entry.origin.policy.to_string(),
                 entry.origin.direction,
                 entry.origin.rule_index,
-                entry.origin.tier.clone(),
+                entry.origin.tier.to_string(),
             ))
             .or_default();
         total.0 += counters.packets;

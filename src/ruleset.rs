@@ -199,8 +199,8 @@ impl Rule {
     }
 }
 
-fn default_tier() -> String {
-    crate::model::DEFAULT_TIER.to_owned()
+fn default_tier() -> std::sync::Arc<str> {
+    std::sync::Arc::from(crate::model::DEFAULT_TIER)
 }
 
 fn is_default_tier(tier: &str) -> bool {
@@ -212,12 +212,13 @@ fn is_default_tier(tier: &str) -> bool {
     Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub struct RuleOrigin {
-    /// Policy name.
-    pub policy: String,
+    /// Policy name (shared by every rule of the policy: a daemon keeps every rule it
+    /// compiled).
+    pub policy: std::sync::Arc<str>,
     /// The policy's tier (left out of a saved index when `default`, so older ones read the
     /// same).
     #[serde(default = "default_tier", skip_serializing_if = "is_default_tier")]
-    pub tier: String,
+    pub tier: std::sync::Arc<str>,
     /// Whether the rule is one of the policy's ingress or egress rules.
     pub direction: Direction,
     /// Index of the rule in the policy's list for that direction.

@@ -111,6 +111,10 @@ impl Compiler<'_> {
             marks: self.marks,
             policy: &policy.name,
             tier: &policy.tier,
+            origin_names: (
+                std::sync::Arc::from(policy.name.as_str()),
+                std::sync::Arc::from(policy.tier.as_str()),
+            ),
             direction,
             log_actions: &self.config.log_actions,
             log_target: &self.config.log_target,

@@ -36,6 +36,8 @@ pub struct RuleContext<'a> {
     pub policy: &'a str,
     /// The policy's tier.
     pub tier: &'a str,
+    /// The same two as the origins of its rules share them.
+    pub origin_names: (std::sync::Arc<str>, std::sync::Arc<str>),
     /// The direction of the rule list.
     pub direction: Direction,
     /// Which actions log to NFLOG.
@@ -565,8 +567,8 @@ impl<'r, 'c> RuleScope<'r, 'c> {
     fn main_rule(&self, main: Vec<Match>, action: Action) -> Rule {
         let mut rule = self.tag(Rule::new(main, action));
         rule.origin = Some(Box::new(RuleOrigin {
-            policy: self.context.policy.to_owned(),
-            tier: self.context.tier.to_owned(),
+            policy: std::sync::Arc::clone(&self.context.origin_names.0),
+            tier: std::sync::Arc::clone(&self.context.origin_names.1),
             direction: self.context.direction,
             rule_index: self.index,
             staged: self.context.staged,
