@@ -45,14 +45,25 @@ pub fn set_sizes() -> io::Result<BTreeMap<String, usize>> {
     socket.send(&request(1), 0)?;
     let mut sizes = BTreeMap::new();
     let mut buffer = Vec::with_capacity(64 * 1024);
+    read_dump(&socket, &mut buffer, |part| parse_part(part, &mut sizes))?;
+    Ok(sizes)
+}
+
+/// Receives the datagrams of a dump into `buffer`, each given to `part` until it says the dump
+/// is done.
+fn read_dump(
+    socket: &Socket,
+    buffer: &mut Vec<u8>,
+    mut part: impl FnMut(&[u8]) -> io::Result<bool>,
+) -> io::Result<()> {
     loop {
         buffer.clear();
-        socket.recv(&mut buffer, 0)?;
+        socket.recv(buffer, 0)?;
         if buffer.is_empty() {
             return Err(invalid("the kernel closed the dump"));
         }
-        if parse_part(&buffer, &mut sizes)? {
-            return Ok(sizes);
+        if part(buffer)? {
+            return Ok(());
         }
     }
 }
@@ -90,16 +101,10 @@ pub fn set_fingerprints(names: &[&str]) -> Vec<io::Result<u64>> {
     let mut one = |seq: u32, name: &str| -> io::Result<u64> {
         socket.send(&members_request(seq, name), 0)?;
         let mut members = Members::default();
-        loop {
-            buffer.clear();
-            socket.recv(&mut buffer, 0)?;
-            if buffer.is_empty() {
-                return Err(invalid("the kernel closed the dump"));
-            }
-            if parse_members(&buffer, &mut members)? {
-                return Ok(members.fingerprint());
-            }
-        }
+        read_dump(&socket, &mut buffer, |part| {
+            parse_members(part, &mut members)
+        })?;
+        Ok(members.fingerprint())
     };
     names
         .iter()
