@@ -78,6 +78,8 @@ enum Outcome {
     /// The set became empty and `allowEmpty` is false: the rules stay.
     RefusedEmpty {
         missing: bool,
+        /// It holds staged policies, which enforce nothing.
+        staged_only: bool,
         repaired: Option<Repair>,
     },
     /// The files and addresses are those applied; nothing to do.
@@ -283,8 +285,13 @@ impl Daemon {
             && self.would_remove_protection()
         {
             let missing = !self.settings.config.policies_dir.is_dir();
+            let staged_only = !set.validated.is_empty();
             let repaired = self.repair_with_last_good(event, &facts);
-            return Outcome::RefusedEmpty { missing, repaired };
+            return Outcome::RefusedEmpty {
+                missing,
+                staged_only,
+                repaired,
+            };
         }
         let last_fingerprint = self.last_good.as_ref().map(|good| &good.fingerprint);
         let new_files = last_fingerprint != Some(&set.fingerprint);
@@ -389,12 +396,18 @@ impl Daemon {
                 self.write_status();
                 self.report_repair(repaired);
             }
-            Outcome::RefusedEmpty { missing, repaired } => {
+            Outcome::RefusedEmpty {
+                missing,
+                staged_only,
+                repaired,
+            } => {
                 self.last_errors.clear();
                 let what = if missing {
                     "is missing"
+                } else if staged_only {
+                    "holds staged policies only, which never change a verdict"
                 } else {
-                    "holds no policy that enforces anything (staged policies never do)"
+                    "holds no policy at all"
                 };
                 if !self.refusing_empty {
                     tracing::error!(
