@@ -640,9 +640,27 @@ pub fn overview(plan: &Plan) -> String {
     }
     let mut owners: std::collections::BTreeMap<Owner, Tally> = std::collections::BTreeMap::new();
     let mut hooks = 0;
+    // A chain named by its comments only (the raw table's SYN path) belongs with the chains
+    // of the same policy that the plan was told the tier of.
+    let mut tiers = std::collections::BTreeMap::new();
+    for chain in plan.tables.iter().flat_map(|table| &table.chains) {
+        if let Some(policy) = &chain.policy {
+            tiers.insert((policy.name.clone(), policy.staged), policy.tier.clone());
+        }
+    }
     for table in &plan.tables {
         for chain in &table.chains {
-            let tally = owners.entry(Owner::of(chain)).or_default();
+            let mut owner = Owner::of(chain);
+            if let Owner::Policy {
+                name,
+                staged,
+                tier: tier @ None,
+            } = &mut owner
+                && let Some(known) = tiers.get(&(name.clone(), *staged))
+            {
+                *tier = Some(known.clone());
+            }
+            let tally = owners.entry(owner).or_default();
             match chain.action {
                 ChainAction::Create => tally.created += 1,
                 ChainAction::Replace => tally.replaced += 1,
@@ -1018,6 +1036,40 @@ mod tests {
                 "-A {chain}{rest} -m comment --comment \"npg:{hash}\" -m comment --comment \"policy {policy} ingress rule 0\" -j MARK --set-xmark 0x10000/0x10000"
             ),
         )
+    }
+
+    #[test]
+    fn a_policy_s_chains_named_by_comment_only_count_with_its_tier() {
+        // The raw table's SYN path chain is named by its rules' comments only; the mangle
+        // chain of the same policy is named with its tier. One line for the policy.
+        let desired = state(
+            &[
+                (
+                    "npg-pi-web",
+                    vec![policy_rule("a", "npg-pi-web", "web", " -s 198.51.100.0/24")],
+                ),
+                (
+                    "npg-syn-web",
+                    vec![policy_rule("s", "npg-syn-web", "web", " -s 203.0.113.0/24")],
+                ),
+            ],
+            None,
+        );
+        let mut plan = plan(&desired, &State::default());
+        plan.name_policies(&HashMap::from([(
+            "npg-pi-web".to_owned(),
+            ChainPolicy {
+                name: "web".to_owned(),
+                tier: "default".to_owned(),
+                direction: Direction::Ingress,
+                staged: false,
+            },
+        )]));
+        let head = overview(&plan);
+        assert_eq!(
+            head, "What changes:\n  policy web (tier default): new: 2 rules in 2 chains\n\n",
+            "{head}"
+        );
     }
 
     #[test]
