@@ -278,7 +278,7 @@ fn words(verdict: &Verdict) -> String {
         (Some(policy), Some(rule), Outcome::Allowed) => format!("{policy} rule {rule} (Allow)"),
         (Some(policy), Some(rule), _) => format!("{policy} rule {rule} (Deny)"),
         (Some(policy), None, _) => format!("{policy}: {}", verdict.reason),
-        (None, _, Outcome::NotOurs) => "no policy applies".to_owned(),
+        (None, _, Outcome::NotOurs) => "no rule decides".to_owned(),
         (None, _, _) if verdict.reason.contains("failsafe") => "failsafe port".to_owned(),
         (None, _, _) => verdict.reason.clone(),
     }

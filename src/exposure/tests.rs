@@ -167,14 +167,14 @@ fn without_policies_every_outside_port_is_open_to_anyone_and_loopback_is_never_l
     assert_eq!(
         rows(&exposed),
         [
-            "tcp/8000 V4 dnat 192.0.2.2:80 (container 192.0.2.2:80) anyone by no policy applies",
-            "tcp/8000 V6 dnat [2001:db8:3::2]:80 (container [2001:db8:3::2]:80) anyone by no policy applies",
-            "udp/30054 V4 dnat 192.0.2.4:53 (Service infra/dns:dns) anyone by no policy applies",
-            "tcp/30080 V4 dnat 192.0.2.2:80, 192.0.2.3:80 (Service shop/web:http) anyone by no policy applies",
-            "tcp/22 V4 socket [::]:22 (sshd) anyone by no policy applies",
-            "tcp/22 V6 socket [::]:22 (sshd) anyone by no policy applies",
-            "udp/5353 V4 socket 0.0.0.0:5353 (avahi-daemon) anyone by no policy applies",
-            "tcp/9100 V4 socket 198.51.100.1:9100 (node_exporter) anyone by no policy applies",
+            "tcp/8000 V4 dnat 192.0.2.2:80 (container 192.0.2.2:80) anyone by no rule decides",
+            "tcp/8000 V6 dnat [2001:db8:3::2]:80 (container [2001:db8:3::2]:80) anyone by no rule decides",
+            "udp/30054 V4 dnat 192.0.2.4:53 (Service infra/dns:dns) anyone by no rule decides",
+            "tcp/30080 V4 dnat 192.0.2.2:80, 192.0.2.3:80 (Service shop/web:http) anyone by no rule decides",
+            "tcp/22 V4 socket [::]:22 (sshd) anyone by no rule decides",
+            "tcp/22 V6 socket [::]:22 (sshd) anyone by no rule decides",
+            "udp/5353 V4 socket 0.0.0.0:5353 (avahi-daemon) anyone by no rule decides",
+            "tcp/9100 V4 socket 198.51.100.1:9100 (node_exporter) anyone by no rule decides",
         ]
     );
 }

@@ -508,7 +508,7 @@ impl Tracer<'_> {
             let mut step = Step::new("failsafe", 1, format!("{words}: allowed before any policy"));
             step.marks.push(format!("accept={accept:#x}"));
             steps.push(chain_step(step, chain));
-            self.decide(Outcome::Allowed, at, "allowed: a failsafe port", None);
+            self.decide(Outcome::Allowed, at, &format!("allowed: {words}"), None);
             return ChainEnd::Returned;
         }
         self.staged_pass(path, binding, chain, steps);
