@@ -26,7 +26,7 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args, Clone)]
 pub struct GlobalOptions {
-    /// Config file (a missing file means all defaults)
+    /// Config file [default: /etc/nodeport-guard/config.yaml; a missing file means all defaults]
     #[arg(
         long,
         global = true,

@@ -239,7 +239,8 @@ pub struct RawConfig {
     pub host_interface_exclude: Option<Sp<String>>,
     /// `auto`, `true` or `false`.
     pub ipv6: Option<Sp<RawBoolOrAuto>>,
-    /// Drift repair interval, e.g. `90s`.
+    /// How often the daemon re-reads everything it owns and repairs what differs, e.g. `90s`
+    /// (changes by other programs are noticed within a second regardless).
     pub resync_interval: Option<Sp<String>>,
     /// File event debounce, e.g. `200ms`.
     pub debounce: Option<Sp<String>>,
