@@ -191,6 +191,7 @@ async fn run_loop(
         drift_watch.follow(applied, &daemon.metrics, before, reconciled);
     }
     crate::system::runtime::release_free_memory();
+    crate::system::runtime::release_code_pages();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&daemon.summary),
@@ -295,6 +296,7 @@ async fn run_loop(
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::release_free_memory();
+        crate::system::runtime::release_code_pages();
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     if let Some(log) = &daemon.drop_log {
