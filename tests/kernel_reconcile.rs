@@ -778,6 +778,88 @@ fn confirmed_apply_keeps_the_new_rules_past_the_deadline(backend: Backend) {
 }
 backend_tests!(confirmed_apply_keeps_the_new_rules_past_the_deadline);
 
+/// A daemon started during an apply's confirm window waits for it: the
+/// rollback comes at the deadline (not when the daemon stops, which used to
+/// take every rule with it), then the daemon applies the policy files (B)
+/// and, stopped, leaves them in place.
+fn a_daemon_started_in_a_confirm_window_waits_for_it(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy("policy.yaml", &policy_a());
+    guard.apply();
+    let a = guard.snapshot().canonical();
+    guard.write_policy("policy.yaml", &policy_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
+    let b = guard.snapshot().canonical();
+    let daemon = guard.spawn(&["run"], "daemon.log");
+    let back_to_a = support::wait_until(SETTLE_TIMEOUT, POLL, || guard.snapshot().canonical() == a);
+    assert!(
+        back_to_a,
+        "not rolled back at the deadline with a daemon waiting:\n{}\nstate directory:\n{}\ndaemon log:\n{}",
+        a.diff(&guard.snapshot().canonical()),
+        state_dir_report(&guard),
+        daemon.log()
+    );
+    let applied_b = support::wait_until(SETTLE_TIMEOUT, POLL, || guard.snapshot().canonical() == b);
+    assert!(
+        applied_b,
+        "the daemon did not apply the files after the rollback:\n{}",
+        daemon.log()
+    );
+    assert_contains(
+        &daemon.log(),
+        "waiting for `nodeport-guard confirm`",
+        "the daemon says why it waits",
+    );
+    let mut daemon = daemon;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|status| status.success()), "{status:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        guard.snapshot().canonical() == b,
+        "the rules changed after the daemon stopped:\n{}",
+        b.diff(&guard.snapshot().canonical())
+    );
+    behaves_like_b(&lab, "after the daemon stopped");
+}
+backend_tests!(a_daemon_started_in_a_confirm_window_waits_for_it);
+
+/// A confirm window whose rollback watcher was killed is still kept: past
+/// the deadline, `confirm` comes too late (exit 1), and the previous rules
+/// (A) are back; the next `apply` is not blocked.
+fn a_confirm_window_whose_watcher_was_killed_still_rolls_back(backend: Backend) {
+    let lab = Lab::new(backend);
+    let guard = Guard::new(&lab);
+    guard.write_policy("policy.yaml", &policy_a());
+    guard.apply();
+    let a = guard.snapshot().canonical();
+    guard.write_policy("policy.yaml", &policy_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
+    let watcher = watcher_pid(&guard);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(watcher).expect("a pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(support::wait_until(SETTLE_TIMEOUT, POLL, || process_gone(
+        watcher
+    )));
+    std::thread::sleep(Duration::from_secs(
+        CONFIRM_WINDOW.parse::<u64>().expect("a number of seconds") + 1,
+    ));
+    let out = guard.run_expect(&["confirm"], 1);
+    assert_contains(&out.stderr, "too late", "confirm after the deadline");
+    assert!(
+        guard.snapshot().canonical() == a,
+        "A is not back:\n{}",
+        a.diff(&guard.snapshot().canonical())
+    );
+    behaves_like_a(&lab, "after the late rollback");
+    guard.apply();
+    behaves_like_b(&lab, "after the next apply");
+}
+backend_tests!(a_confirm_window_whose_watcher_was_killed_still_rolls_back);
+
 /// `plan --out FILE` saves a plan without changing the kernel, and
 /// `apply --yes FILE` applies exactly it, also when traffic has moved
 /// the counters of the rules in between (counters are not drift).

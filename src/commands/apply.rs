@@ -98,6 +98,15 @@ pub fn run(
     };
     let _lock = lock?;
     let state_dir = &engine.state_dir;
+    if let Some(id) =
+        crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard apply")?
+    {
+        eprintln!(
+            "The earlier apply {id} was not confirmed in time and its rollback watcher had stopped: its previous rules are back now."
+        );
+        // The kernel changed under the reading taken while the policies compiled.
+        observation = None;
+    }
     if let Some(pending) = state_dir.pending()? {
         bail!(
             "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",

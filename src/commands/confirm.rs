@@ -4,14 +4,31 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use crate::dataplane::Host;
 use crate::settings::Settings;
 use crate::system::runtime::{RollbackRecord, StateDir, now_seconds};
 use crate::system::watcher;
 
+/// How long `confirm` waits for the writers' lock (a rollback under way holds it).
+const CONFIRM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `confirm`: exit 0 when an apply was waiting and is now kept, 1 when none was waiting.
-pub fn run(settings: &Settings) -> Result<ExitCode> {
+pub fn run(settings: &Settings, runner: &dyn Host) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let _lock = state_dir.lock("nodeport-guard confirm", true)?;
+    // Nothing pending needs no lock: a daemon holds it for as long as it runs.
+    let _lock = match state_dir.pending()? {
+        None => None,
+        // The rollback watcher holds it while it rolls back (with retries, seconds at most).
+        Some(_) => Some(state_dir.lock_within("nodeport-guard confirm", CONFIRM_PATIENCE)?),
+    };
+    if let Some(id) =
+        crate::engine::window::settle_unwatched(&state_dir, runner, "nodeport-guard confirm")?
+    {
+        eprintln!(
+            "error: too late: apply {id} was not confirmed in time; its rollback watcher had stopped, so its previous rules were put back now"
+        );
+        return Ok(ExitCode::from(1));
+    }
     let Some(pending) = state_dir.pending()? else {
         match state_dir.last_rollback()? {
             Some(record) => eprintln!(
@@ -23,7 +40,9 @@ pub fn run(settings: &Settings) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     };
     state_dir.clear_pending()?;
-    if let Some(pid) = pending.watcher_pid {
+    if let Some(pid) = pending.watcher_pid
+        && watcher::is_watching(pid, &pending.id)
+    {
         watcher::stop(pid);
     }
     state_dir

@@ -110,7 +110,7 @@ fn dispatch(cli: &Cli, runner: Arc<dyn Host>) -> Result<ExitCode> {
                 *full,
             )
         }),
-        Command::Confirm => with_settings(global, |s| confirm::run(&s)),
+        Command::Confirm => with_settings(global, |s| confirm::run(&s, local)),
         Command::Revoke { yes } => with_settings(global, |s| revoke::run(&s, local, *yes)),
         Command::Cleanup { yes, full } => {
             with_settings(global, |s| cleanup::run(&s, local, *yes, *full))

@@ -13,6 +13,7 @@ use crate::fixtures::{self, WHITELIST, each_backend};
 use crate::model::IpFamily;
 use crate::settings::Settings;
 use crate::state::State;
+use crate::system::runtime::now_seconds;
 use crate::system::runtime::{PendingApply, StateDir};
 
 struct Harness {
@@ -97,6 +98,27 @@ impl Harness {
                 previous_index: None,
             })
             .expect("pending");
+    }
+
+    /// [`Harness::pending`] within its window, watched by a process that stands in for the
+    /// watcher (its command line names `__rollback-watch` and the id); returns it.
+    fn pending_watched(&self, id: &str, previous: State) -> std::process::Child {
+        let watcher = std::process::Command::new("sh")
+            .args(["-c", "sleep 60", "__rollback-watch", id])
+            .spawn()
+            .expect("a stand-in watcher");
+        self.state_dir()
+            .set_pending(&PendingApply {
+                id: id.to_owned(),
+                backend: self.backend,
+                families: IpFamily::BOTH.to_vec(),
+                deadline: now_seconds() + 3600,
+                watcher_pid: Some(watcher.id()),
+                previous,
+                previous_index: None,
+            })
+            .expect("pending");
+        watcher
     }
 
     /// The program every write of this backend's tables goes through.
@@ -184,8 +206,10 @@ fn a_saved_plan_is_refused_when_the_kernel_changed() {
 fn an_earlier_unconfirmed_apply_blocks_the_next() {
     each_backend(|backend| {
         let harness = Harness::new(backend);
-        harness.pending("earlier", State::default());
+        let mut watcher = harness.pending_watched("earlier", State::default());
         let error = harness.apply(None).expect_err("refused");
+        let _ = watcher.kill();
+        let _ = watcher.wait();
         assert!(
             error
                 .to_string()
@@ -235,8 +259,14 @@ fn a_confirmed_apply_is_not_rolled_back() {
         let previous = harness.ours();
         assert_exit(harness.apply(None).expect("apply"), 0);
         let applied = harness.kernel.snapshot();
-        harness.pending("mine", previous);
-        assert_exit(confirm::run(&harness.settings).expect("confirm"), 0);
+        let mut watcher = harness.pending_watched("mine", previous);
+        assert_exit(
+            confirm::run(&harness.settings, &harness.kernel).expect("confirm"),
+            0,
+        );
+        // The watcher was told (SIGTERM).
+        let ended = watcher.wait().expect("the watcher ends");
+        assert!(!ended.success(), "{backend}: {ended:?}");
         let state_dir = harness.state_dir();
         assert_eq!(
             state_dir
@@ -253,7 +283,51 @@ fn a_confirmed_apply_is_not_rolled_back() {
             "{backend}: the new rules stay"
         );
         // Nothing is waiting any more.
-        assert_exit(confirm::run(&harness.settings).expect("confirm"), 1);
+        assert_exit(
+            confirm::run(&harness.settings, &harness.kernel).expect("confirm"),
+            1,
+        );
+    });
+}
+
+#[test]
+fn an_unwatched_apply_past_its_deadline_is_rolled_back_by_the_next_command() {
+    each_backend(|backend| {
+        // The watcher was killed (or the apply before it started one): `confirm` comes too
+        // late and says so, and the previous rules are back.
+        let harness = Harness::new(backend);
+        assert_exit(harness.apply(None).expect("apply version A"), 0);
+        let version_a = harness.ours();
+        harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
+        assert_exit(harness.apply(None).expect("apply version B"), 0);
+        harness.pending("mine", version_a.clone());
+        assert_exit(
+            confirm::run(&harness.settings, &harness.kernel).expect("confirm"),
+            1,
+        );
+        assert!(
+            crate::plan::plan(&version_a, &harness.ours()).is_empty(),
+            "{backend}: version A is back"
+        );
+        let state_dir = harness.state_dir();
+        assert!(state_dir.pending().expect("read").is_none());
+        let outcome = state_dir
+            .last_rollback()
+            .expect("read")
+            .expect("recorded")
+            .outcome;
+        assert!(
+            outcome.contains("its rollback watcher had stopped"),
+            "{outcome}"
+        );
+
+        // The same found by `apply`: it rolls back, then applies the files (version B).
+        harness.pending("again", version_a.clone());
+        assert_exit(harness.apply(None).expect("apply after"), 0);
+        assert!(state_dir.pending().expect("read").is_none());
+        assert!(!crate::plan::plan(&version_a, &harness.ours()).is_empty());
+        let record = state_dir.last_rollback().expect("read").expect("recorded");
+        assert_eq!(record.id, "again");
     });
 }
 

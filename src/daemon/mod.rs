@@ -36,7 +36,7 @@ use crate::counters::{self, RuleCounter};
 use crate::dataplane::{Backend, Dataplane, Host};
 use crate::model::IpFamily;
 use crate::settings::Settings;
-use crate::system::runtime::StateDir;
+use crate::system::runtime::{StateDir, now_seconds};
 use reload::Daemon;
 
 /// Why the loop wakes up.
@@ -128,14 +128,51 @@ impl Event {
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
 pub fn run(settings: Settings, runner: Arc<dyn Host>) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let _lock = state_dir
-        .lock("nodeport-guard run", false)
-        .context("refusing to start a second daemon")?;
+    let _lock = lock_after_any_confirm_window(&state_dir, runner.as_ref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the event loop")?;
     runtime.block_on(run_loop(settings, runner, state_dir))
+}
+
+/// Takes the writers' lock for the daemon's life, once no `apply --confirm-timeout` waits
+/// for `confirm`. A daemon started during such a window would hold the lock that the rollback
+/// watcher needs at the deadline: the rollback would come only when the daemon stops, and
+/// take every rule with it. So the daemon waits, without the lock, until the apply is
+/// confirmed or rolled back (one whose watcher is gone is rolled back here at its deadline).
+fn lock_after_any_confirm_window(
+    state_dir: &StateDir,
+    runner: &dyn Host,
+) -> Result<crate::system::runtime::LockGuard> {
+    let mut said = false;
+    loop {
+        let waiting = state_dir.pending().ok().flatten();
+        match state_dir.lock("nodeport-guard run", false) {
+            Ok(lock) => {
+                crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard run")
+                    .context("cannot roll back an apply nothing watches any more")?;
+                let Ok(Some(pending)) = state_dir.pending() else {
+                    return Ok(lock);
+                };
+                if !said {
+                    tracing::warn!(
+                        id = %pending.id,
+                        rolled_back_in_s = pending.deadline.saturating_sub(now_seconds()),
+                        "an apply is waiting for `nodeport-guard confirm`; the daemon starts once it is confirmed or rolled back"
+                    );
+                    said = true;
+                }
+            }
+            // The watcher holds the lock while it rolls back.
+            Err(_) if waiting.is_some() => {}
+            Err(error) => return Err(error.context("refusing to start a second daemon")),
+        }
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(
+            "waiting for a pending apply to be confirmed or rolled back",
+        )]);
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 async fn run_loop(

@@ -21,6 +21,7 @@ mod memory;
 mod others;
 pub mod record;
 mod saved;
+pub mod window;
 
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -74,6 +74,23 @@ impl StateDir {
         })
     }
 
+    /// Takes the writers' lock, waiting at most `patience` for it (then failing as
+    /// [`StateDir::lock`] without waiting does, naming the holder).
+    pub fn lock_within(&self, who: &str, patience: std::time::Duration) -> Result<LockGuard> {
+        let until = std::time::Instant::now() + patience;
+        loop {
+            match self.lock(who, false) {
+                Err(error)
+                    if error.downcast_ref::<LockBusy>().is_some()
+                        && std::time::Instant::now() < until =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                taken => return taken,
+            }
+        }
+    }
+
     /// Takes the writers' lock, waiting for it when `wait`, and records `who` holds it.
     pub fn lock(&self, who: &str, wait: bool) -> Result<LockGuard> {
         let opened = std::fs::create_dir_all(&self.path).and_then(|()| {

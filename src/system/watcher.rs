@@ -48,6 +48,16 @@ pub(crate) fn arguments(state_dir: &Path, id: &str) -> [std::ffi::OsString; 5] {
     ]
 }
 
+/// Whether process `pid` is the rollback watcher of apply `id` (its command line says so): a
+/// pid alone may have been reused by another program since the watcher ended.
+pub fn is_watching(pid: u32, id: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let words: Vec<&[u8]> = cmdline.split(|byte| *byte == 0).collect();
+    words.contains(&b"__rollback-watch".as_slice()) && words.contains(&id.as_bytes())
+}
+
 /// Tells a watcher its apply was confirmed (SIGTERM); one that is gone already is no error.
 pub fn stop(pid: u32) {
     // 0 (or a pid too large to be one) would signal a process group: ours.
