@@ -98,20 +98,9 @@ pub fn run(
     };
     let _lock = lock?;
     let state_dir = &engine.state_dir;
-    if let Some(id) =
-        crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard apply")?
-    {
-        eprintln!(
-            "The earlier apply {id} was not confirmed in time and its rollback watcher had stopped: its previous rules are back now."
-        );
+    if settle_confirm_window(state_dir, runner)? {
         // The kernel changed under the reading taken while the policies compiled.
         observation = None;
-    }
-    if let Some(pending) = state_dir.pending()? {
-        bail!(
-            "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
-            pending.id
-        );
     }
     let engine = Engine::with_backend(settings, runner, target.backend);
     let dataplane = engine.dataplane(target.families.clone());
@@ -350,6 +339,25 @@ fn revoke_after_apply(engine: &Engine<'_>, before: Option<&Model>, after: Option
             "warning: established connections were not revoked (the rules are applied): {error}"
         ),
     }
+}
+
+/// Refuses while an earlier apply waits for `confirm`; one that nothing watches any more is
+/// rolled back first if its deadline has passed (true: the kernel changed).
+fn settle_confirm_window(state_dir: &StateDir, runner: &dyn Host) -> Result<bool> {
+    let rolled_back =
+        crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard apply")?;
+    if let Some(id) = &rolled_back {
+        eprintln!(
+            "The earlier apply {id} was not confirmed in time and its rollback watcher had stopped: its previous rules are back now."
+        );
+    }
+    if let Some(pending) = state_dir.pending()? {
+        bail!(
+            "an earlier apply ({}) is waiting for `nodeport-guard confirm`; confirm it or let it roll back first",
+            pending.id
+        );
+    }
+    Ok(rolled_back.is_some())
 }
 
 fn record_pending(
