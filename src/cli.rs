@@ -127,8 +127,8 @@ pub enum Command {
         /// Do not ask
         #[arg(long, short = 'y')]
         yes: bool,
-        /// Roll back unless `nodeport-guard confirm` runs within SECS seconds
-        #[arg(long, value_name = "SECS")]
+        /// Roll back unless `nodeport-guard confirm` runs within SECS seconds (1 to 86400)
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
         confirm_timeout: Option<u64>,
         /// Apply exactly this saved plan (from `plan --out`), refusing if it is stale
         #[arg(value_name = "PLANFILE")]

@@ -34,6 +34,25 @@ struct Target {
 fn saved_target(settings: &Settings, path: &Path) -> Result<Target> {
     let saved: SavedPlan = serde_json::from_slice(&fs_err::read(path)?)
         .with_context(|| format!("`{}` is not a plan saved by `plan --out`", path.display()))?;
+    if saved.format != SavedPlan::FORMAT {
+        bail!(
+            "`{}` is a plan of format {}, and this nodeport-guard reads format {} only; make a new plan",
+            path.display(),
+            saved.format,
+            SavedPlan::FORMAT
+        );
+    }
+    if let crate::dataplane::BackendChoice::Named(backend) = settings.backend
+        && backend.name() != saved.backend.name()
+    {
+        bail!(
+            "`{}` is a plan for {}, and the backend here is {} (--backend or the config's `backend`); make a new plan, or apply it with `--backend {}`",
+            path.display(),
+            saved.backend.name(),
+            backend.name(),
+            saved.backend.name()
+        );
+    }
     let set = policy_set::load(std::slice::from_ref(&settings.config.policies_dir));
     if set.fingerprint != saved.policies {
         bail!(

@@ -30,7 +30,7 @@ pub fn run(settings: &Settings, runner: &dyn Host) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let Some(pending) = state_dir.pending()? else {
-        match state_dir.last_rollback()? {
+        match state_dir.last_rollback().ok().flatten() {
             Some(record) => eprintln!(
                 "error: no apply is waiting for confirmation; the last one ({}) {}",
                 record.id, record.outcome

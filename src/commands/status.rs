@@ -112,7 +112,7 @@ pub(super) fn gather(
     };
     // The rules the kernel holds, named by what was last applied; without that record, by
     // what the policy files would write, as far as the kernel holds it.
-    let rows = match state_dir.applied()? {
+    let rows = match readable(state_dir.applied()) {
         Some(index) if !observed.is_empty() => counters::rule_counters(observed, &index),
         Some(_) => Vec::new(),
         None => match &compiling {
@@ -126,7 +126,7 @@ pub(super) fn gather(
             _ => Vec::new(),
         },
     };
-    let daemon = state_dir.daemon_status()?;
+    let daemon = readable(state_dir.daemon_status());
     let daemon_running = daemon
         .as_ref()
         .and_then(|status| status.get("pid"))
@@ -138,7 +138,7 @@ pub(super) fn gather(
         applied: !observed.is_empty(),
         rows,
         sync,
-        pending: state_dir.pending()?,
+        pending: readable(state_dir.pending()),
         last_apply: state_dir.last_apply().ok().flatten(),
         last_rollback: state_dir.last_rollback().ok().flatten(),
         daemon,
@@ -149,6 +149,15 @@ pub(super) fn gather(
         },
         now: settings.load.now,
         others: Vec::new(),
+    })
+}
+
+/// A record of the state directory, or none with a warning when it cannot be read: `status`
+/// reads the kernel whatever a damaged record says.
+fn readable<T>(record: Result<Option<T>>) -> Option<T> {
+    record.unwrap_or_else(|error| {
+        eprintln!("warning: {error:#}");
+        None
     })
 }
 

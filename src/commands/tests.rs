@@ -156,6 +156,50 @@ fn a_saved_plan_applies_what_it_showed() {
 }
 
 #[test]
+fn a_saved_plan_of_another_backend_or_format_is_refused() {
+    each_backend(|backend| {
+        let harness = Harness::new(backend);
+        harness.plan_out();
+        let other = crate::dataplane::BACKENDS
+            .iter()
+            .copied()
+            .find(|other| other.name() != backend.name())
+            .expect("another backend");
+        let mut settings = harness.settings.clone();
+        settings.backend = crate::dataplane::BackendChoice::Named(other);
+        let error = apply::run(
+            &settings,
+            &harness.kernel,
+            true,
+            None,
+            Some(&harness.plan_file()),
+            false,
+        )
+        .expect_err("another backend's plan is refused");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("is a plan for {}", backend.name())),
+            "{backend}: {error:#}"
+        );
+        let text = std::fs::read_to_string(harness.plan_file()).expect("read");
+        std::fs::write(
+            harness.plan_file(),
+            text.replacen("\"format\": 1", "\"format\": 2", 1),
+        )
+        .expect("write");
+        let error = harness
+            .apply(Some(&harness.plan_file()))
+            .expect_err("an unknown format is refused");
+        assert!(
+            error.to_string().contains("format 2"),
+            "{backend}: {error:#}"
+        );
+        assert!(harness.ours().is_empty(), "{backend}: nothing written");
+    });
+}
+
+#[test]
 fn a_saved_plan_is_refused_when_the_policy_files_changed() {
     each_backend(|backend| {
         let harness = Harness::new(backend);

@@ -31,11 +31,14 @@ pub struct SavedPlan {
 }
 
 impl SavedPlan {
+    /// The format this version writes and reads.
+    pub const FORMAT: u32 = 1;
+
     /// The plan of `planned` to save, for the policies read from `policies_dir`.
     pub fn of(planned: &Planned, policies_dir: &std::path::Path) -> SavedPlan {
         let prepared = &planned.prepared;
         SavedPlan {
-            format: 1,
+            format: SavedPlan::FORMAT,
             backend: prepared.backend,
             families: prepared.compiled.ruleset.ip_families(),
             observed: planned.observed.fingerprint(),

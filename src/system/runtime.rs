@@ -151,7 +151,10 @@ impl StateDir {
         match fs_err::read_to_string(&path) {
             Ok(text) => {
                 Ok(Some(serde_json::from_str(&text).with_context(|| {
-                    format!("`{}` is damaged", path.display())
+                    format!(
+                        "`{}` is damaged (nodeport-guard writes it whole, so another program or a full disk changed it); delete it to go on without what it recorded",
+                        path.display()
+                    )
                 })?))
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
