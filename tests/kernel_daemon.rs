@@ -595,6 +595,24 @@ fn removed_directory_keeps_rules_and_recreated_directory_applies(backend: Backen
         &[SRC_A],
         "after writing into the swapped-in directory",
     );
+
+    // A file written a moment after the directory is created again, while the daemon waits
+    // out the debounce of the creation (the work it does ahead then read the directory empty,
+    // before it watched it, and the file was never seen until the resync).
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("cannot remove the directory: {e}"));
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot recreate the directory: {e}"));
+    std::thread::sleep(Duration::from_millis(100));
+    write_in_place(&dir.join("policies.yaml"), &whitelist(&[SRC_A]));
+    expect_traffic_within(
+        &lab,
+        &daemon,
+        t,
+        &[SRC_A],
+        &[SRC_B],
+        "after a file written 100 ms after the directory came back",
+    );
 }
 one_backend_test!(
     removed_directory_keeps_rules_and_recreated_directory_applies,

@@ -20,9 +20,11 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::Event;
 use crate::load::is_policy_file_name;
 
-/// Whether an event on `path` can change the policy set in `dir`.
+/// Whether an event on `path` can change the policy set in `dir`: an event on the directory,
+/// on one of its policy files or `..data`, or on a directory above it (created again after it
+/// was removed with the policy directory in it).
 pub fn is_relevant(path: &Path, dir: &Path) -> bool {
-    if path == dir {
+    if dir.starts_with(path) {
         return true;
     }
     match (
@@ -48,6 +50,9 @@ pub struct DirectoryWatcher {
     watcher: notify::RecommendedWatcher,
     dir: PathBuf,
     parent: Option<PathBuf>,
+    /// While the directory's parent is missing too: the nearest directory above it that
+    /// exists, watched until the way down is there again.
+    ancestor: Option<PathBuf>,
 }
 
 impl DirectoryWatcher {
@@ -84,24 +89,51 @@ impl DirectoryWatcher {
             watcher,
             dir: dir.to_path_buf(),
             parent,
+            ancestor: None,
         };
-        if let Some(parent) = &watcher.parent
-            && let Err(error) = watcher.watcher.watch(parent, RecursiveMode::NonRecursive)
-        {
-            tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
-        }
         watcher.refresh();
         Ok(watcher)
     }
 
-    /// Re-establishes the watch on the directory: after it was removed and recreated the old
-    /// watch is gone. Called before every reload, so nothing written after it is missed.
+    /// Re-establishes the watches: after the directory (or its parent) was removed and created
+    /// again, the old watch is gone. Called before the files are read for a reload (also for
+    /// the work done ahead during the debounce), so nothing written after it is missed.
     pub fn refresh(&mut self) {
+        if let Some(ancestor) = self.ancestor.take() {
+            let _ = self.watcher.unwatch(&ancestor);
+        }
+        if let Some(parent) = &self.parent {
+            let _ = self.watcher.unwatch(parent);
+            if parent.is_dir()
+                && let Err(error) = self.watcher.watch(parent, RecursiveMode::NonRecursive)
+            {
+                tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
+            }
+        }
         let _ = self.watcher.unwatch(&self.dir);
-        if self.dir.is_dir()
-            && let Err(error) = self.watcher.watch(&self.dir, RecursiveMode::NonRecursive)
+        if self.dir.is_dir() {
+            if let Err(error) = self.watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
+            }
+            return;
+        }
+        if self.parent.as_ref().is_some_and(|parent| parent.is_dir()) {
+            return;
+        }
+        // The nearest directory above that exists: its events for the way down count.
+        let ancestor = self
+            .dir
+            .ancestors()
+            .skip(2)
+            .find(|ancestor| ancestor.is_dir())
+            .map(Path::to_path_buf);
+        if let Some(ancestor) = ancestor
+            && self
+                .watcher
+                .watch(&ancestor, RecursiveMode::NonRecursive)
+                .is_ok()
         {
-            tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
+            self.ancestor = Some(ancestor);
         }
     }
 }
@@ -124,5 +156,8 @@ mod tests {
             dir
         ));
         assert!(!is_relevant(&dir.join("sub/a.yaml"), dir));
+        // The way down to a directory removed with its parent, created again.
+        assert!(is_relevant(Path::new("/etc/nodeport-guard"), dir));
+        assert!(!is_relevant(Path::new("/etc/other"), dir));
     }
 }
