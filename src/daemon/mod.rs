@@ -275,9 +275,7 @@ async fn run_loop(
             }
             () = sleep_until(prepare_at) => {
                 prepare_at = None;
-                // Watched before the files are read: a file written into a directory created
-                // again (whose new watch starts here) throws this work away, as any event does.
-                watcher.refresh();
+                watcher.refresh(); // before the files are read: see `refresh`
                 daemon.prepare();
                 continue;
             }
