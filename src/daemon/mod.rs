@@ -227,8 +227,7 @@ async fn run_loop(
     if let Some(applied) = daemon.applied_state() {
         drift_watch.follow(applied, &daemon.metrics, before, reconciled);
     }
-    crate::system::runtime::release_free_memory();
-    crate::system::runtime::release_code_pages();
+    crate::system::runtime::give_back_memory();
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&daemon.summary),
@@ -333,8 +332,7 @@ async fn run_loop(
             drift_watch.follow(applied, &daemon.metrics, before, reconciled);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
-        crate::system::runtime::release_free_memory();
-        crate::system::runtime::release_code_pages();
+        crate::system::runtime::give_back_memory();
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     if let Some(log) = &daemon.drop_log {

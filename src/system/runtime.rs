@@ -343,6 +343,13 @@ pub fn now_seconds() -> u64 {
         .map_or(0, |elapsed| elapsed.as_secs())
 }
 
+/// What a resting daemon gives back after its work: the heap memory freed
+/// ([`release_free_memory`]) and the pages of its code ([`release_code_pages`]).
+pub fn give_back_memory() {
+    release_free_memory();
+    release_code_pages();
+}
+
 /// Gives the heap memory freed since the last call back to the system. glibc keeps freed pages
 /// of its heaps mapped, so without this a daemon would sit at the peak of its largest reload
 /// (parsing and compiling every policy) for the rest of its life.
