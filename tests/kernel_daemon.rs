@@ -522,6 +522,48 @@ one_backend_test!(
     legacy
 );
 
+/// (nft) A policy file written in two pieces with a pause between them
+/// (`scp`, a shell redirect): the first piece is valid YAML with the Allow
+/// rule and without the Deny that follows. The daemon waits for the writer to
+/// close the file: while it is open, the denied source stays denied (applying
+/// the first piece would open the port to everyone); once it is closed, the
+/// whole file is effective.
+fn a_file_still_being_written_is_not_applied_half_way(backend: Backend) {
+    use std::io::Write as _;
+    let lab = Lab::new(backend);
+    let guard = daemon_guard(&lab, NO_RESYNC, "");
+    guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
+    let daemon = Daemon::start(&guard);
+    assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
+    let whole = whitelist(&[SRC_B]);
+    let deny = whole.find("  - action: Deny").expect("a Deny rule");
+    let (first, rest) = whole.split_at(deny);
+    let path = guard.policies_dir().join("policies.yaml");
+    let mut file = std::fs::File::create(&path).expect("open for writing");
+    file.write_all(first.as_bytes()).expect("write");
+    file.flush().expect("flush");
+    // Well past the debounce: a reload would have happened by now.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_traffic(
+        &lab,
+        &[SRC_A],
+        &[SRC_B],
+        "while the file is half written (the last rules stay)",
+    );
+    let t = Instant::now();
+    file.write_all(rest.as_bytes()).expect("write");
+    drop(file);
+    expect_traffic_within(
+        &lab,
+        &daemon,
+        t,
+        &[SRC_B],
+        &[SRC_A],
+        "after the writer closed the file",
+    );
+}
+one_backend_test!(a_file_still_being_written_is_not_applied_half_way, Nft, nft);
+
 /// (nft) Removing the whole policy directory keeps the last rules (and the
 /// daemon says why in its log) instead of dropping the protection; once
 /// the directory is recreated with new content, that content is effective

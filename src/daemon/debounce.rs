@@ -57,6 +57,12 @@ impl Debounce {
         self.pending.map(|(_, due)| due)
     }
 
+    /// The reload was due at `now` but must wait (a policy file is still being written):
+    /// due again after `quiet`, past the burst's `max_wait`.
+    pub fn hold(&mut self, now: Instant) {
+        self.pending = Some((now, now + self.quiet));
+    }
+
     /// The reload is happening: the next event starts a new burst.
     pub fn fired(&mut self) {
         self.pending = None;

@@ -175,6 +175,33 @@ fn lock_after_any_confirm_window(
     }
 }
 
+/// Serves `/metrics` and `/healthz` on `metricsAddress`, when set.
+async fn serve_metrics(
+    settings: &Settings,
+    runner: &Arc<dyn Host>,
+    backend: &'static dyn Backend,
+    metrics: &metrics::Shared,
+) -> Result<()> {
+    let Some(address) = settings.config.metrics_address else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
+    let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
+    let counter_settings = settings.clone();
+    let counter_runner = runner.clone();
+    http::start(
+        listener.into_std()?,
+        metrics.clone(),
+        move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
+        stale_after,
+    )
+    .context("cannot start serving /metrics")?;
+    tracing::info!(%address, "serving /metrics and /healthz");
+    Ok(())
+}
+
 async fn run_loop(
     settings: Settings,
     runner: Arc<dyn Host>,
@@ -190,22 +217,7 @@ async fn run_loop(
         .context("cannot watch the policy directory")?;
     let netlink = netlink::start(sender.clone());
     let mut drift_watch = drift::Watch::start(backend, sender.clone());
-    if let Some(address) = settings.config.metrics_address {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
-        let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
-        let counter_settings = settings.clone();
-        let counter_runner = runner.clone();
-        http::start(
-            listener.into_std()?,
-            metrics.clone(),
-            move || read_counters(&counter_settings, counter_runner.as_ref(), backend),
-            stale_after,
-        )
-        .context("cannot start serving /metrics")?;
-        tracing::info!(%address, "serving /metrics and /healthz");
-    }
+    serve_metrics(&settings, &runner, backend, &metrics).await?;
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -279,6 +291,10 @@ async fn run_loop(
                 continue;
             }
             () = sleep_until(policies_deadline) => {
+                if watcher.being_written().is_some() {
+                    file_events.hold(tokio::time::Instant::now());
+                    continue;
+                }
                 file_events.fired();
                 prepare_at = None;
                 watcher.refresh();

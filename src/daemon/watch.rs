@@ -45,6 +45,63 @@ fn is_read_only(kind: &notify::EventKind) -> bool {
     matches!(kind, notify::EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
 }
 
+/// Policy files that a program is writing: data written (inotify's IN_MODIFY) and the file
+/// not closed since (IN_CLOSE_WRITE). A reload waits for them: a file written in pieces
+/// (`scp`, a shell redirect, a slow generator) may be valid YAML half-way, say, with its
+/// Allow rules and without the Deny that follows, and applying that would open the ports
+/// until the rest arrives. A rename into place or a removal ends the wait for that name too,
+/// and so does an overflowed event queue; an entry no write has refreshed for
+/// [`OpenWrites::FORGET_AFTER`] is forgotten (a close event lost), so a reload is never held
+/// back for good.
+#[derive(Debug, Default)]
+pub struct OpenWrites {
+    since: std::collections::HashMap<PathBuf, std::time::Instant>,
+}
+
+impl OpenWrites {
+    /// How long a file without a new write counts as open.
+    pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// Takes `event` (in the policy directory `dir`) into account at `now`.
+    pub fn note(&mut self, event: &notify::Event, dir: &Path, now: std::time::Instant) {
+        use notify::EventKind;
+        use notify::event::{AccessKind, AccessMode, ModifyKind};
+        if event.need_rescan() {
+            self.since.clear();
+            return;
+        }
+        let policy_files = event.paths.iter().filter(|path| {
+            path.parent() == Some(dir)
+                && path
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(is_policy_file_name)
+        });
+        match event.kind {
+            EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
+                for path in policy_files {
+                    self.since.insert(path.clone(), now);
+                }
+            }
+            EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Name(_)) => {
+                for path in policy_files {
+                    self.since.remove(path);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A policy file still being written at `now`, if any.
+    pub fn still_open(&mut self, now: std::time::Instant) -> Option<PathBuf> {
+        self.since
+            .retain(|_, since| now.saturating_duration_since(*since) < Self::FORGET_AFTER);
+        self.since.keys().min().cloned()
+    }
+}
+
 /// The policy directory watcher.
 pub struct DirectoryWatcher {
     watcher: notify::RecommendedWatcher,
@@ -53,6 +110,10 @@ pub struct DirectoryWatcher {
     /// While the directory's parent is missing too: the nearest directory above it that
     /// exists, watched until the way down is there again.
     ancestor: Option<PathBuf>,
+    /// The policy files being written.
+    writes: std::sync::Arc<std::sync::Mutex<OpenWrites>>,
+    /// The file last said to be still open, in the log.
+    said_open: Option<PathBuf>,
 }
 
 impl DirectoryWatcher {
@@ -63,8 +124,13 @@ impl DirectoryWatcher {
         // would have no parent to watch.
         let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let watched_dir = dir.to_path_buf();
+        let writes = std::sync::Arc::new(std::sync::Mutex::new(OpenWrites::default()));
+        let noted = writes.clone();
         let handler = move |result: notify::Result<notify::Event>| match result {
             Ok(event) => {
+                if let Ok(mut writes) = noted.lock() {
+                    writes.note(&event, &watched_dir, std::time::Instant::now());
+                }
                 let relevant = event.need_rescan()
                     || (!is_read_only(&event.kind)
                         && event
@@ -90,9 +156,28 @@ impl DirectoryWatcher {
             dir: dir.to_path_buf(),
             parent,
             ancestor: None,
+            writes,
+            said_open: None,
         };
         watcher.refresh();
         Ok(watcher)
+    }
+
+    /// A policy file a program is still writing (see [`OpenWrites`]), if any; said once per
+    /// file in the log.
+    pub fn being_written(&mut self) -> Option<PathBuf> {
+        let open = self
+            .writes
+            .lock()
+            .ok()?
+            .still_open(std::time::Instant::now());
+        if let Some(file) = &open
+            && self.said_open.as_ref() != Some(file)
+        {
+            tracing::info!(file = %file.display(), "a policy file is still being written; the reload waits until it is closed");
+        }
+        self.said_open.clone_from(&open);
+        open
     }
 
     /// Re-establishes the watches: after the directory (or its parent) was removed and created
@@ -141,6 +226,63 @@ impl DirectoryWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_file_written_and_not_closed_is_being_written() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode,
+        };
+        use notify::{Event, EventKind};
+        let dir = Path::new("/etc/nodeport-guard/policies");
+        let file = dir.join("a.yaml");
+        let event = |kind: EventKind, path: &Path| Event::new(kind).add_path(path.to_path_buf());
+        let written = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let start = std::time::Instant::now();
+        let mut writes = OpenWrites::default();
+        // Created (a symlink, a hard link, `touch`): nothing to wait for.
+        writes.note(
+            &event(EventKind::Create(CreateKind::File), &file),
+            dir,
+            start,
+        );
+        assert_eq!(writes.still_open(start), None);
+        // Written in pieces, then closed.
+        writes.note(&event(written, &file), dir, start);
+        assert_eq!(writes.still_open(start), Some(file.clone()));
+        writes.note(&event(closed, &file), dir, start);
+        assert_eq!(writes.still_open(start), None);
+        // Removed or renamed while open: that name is done with.
+        writes.note(&event(written, &file), dir, start);
+        writes.note(
+            &event(EventKind::Remove(RemoveKind::File), &file),
+            dir,
+            start,
+        );
+        assert_eq!(writes.still_open(start), None);
+        writes.note(&event(written, &file), dir, start);
+        let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::From));
+        writes.note(&event(renamed, &file), dir, start);
+        assert_eq!(writes.still_open(start), None);
+        // Files that are not policy files, and files elsewhere, do not count.
+        writes.note(&event(written, &dir.join(".a.yaml.swp")), dir, start);
+        writes.note(&event(written, &dir.join("sub/a.yaml")), dir, start);
+        assert_eq!(writes.still_open(start), None);
+        // A close that never came is forgotten; so is everything after a queue overflow.
+        writes.note(&event(written, &file), dir, start);
+        assert_eq!(
+            writes.still_open(start + OpenWrites::FORGET_AFTER),
+            None,
+            "forgotten"
+        );
+        writes.note(&event(written, &file), dir, start);
+        writes.note(
+            &Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan),
+            dir,
+            start,
+        );
+        assert_eq!(writes.still_open(start), None);
+    }
 
     #[test]
     fn only_policy_files_and_configmap_swaps_are_relevant() {
