@@ -219,6 +219,7 @@ async fn run_loop(
     let mut drift_watch = drift::Watch::start(backend, sender.clone());
     serve_metrics(&settings, &runner, backend, &metrics).await?;
     let mut hangup = signal(SignalKind::hangup())?;
+    let mut config_file = watch::ConfigFile::read(&settings.config_path);
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
 
@@ -324,6 +325,7 @@ async fn run_loop(
             }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading");
+                let _ = config_file.warn_if_changed();
                 watcher.refresh();
                 Event::Reload
             }

@@ -102,6 +102,44 @@ impl OpenWrites {
     }
 }
 
+/// The config file as the daemon read it at start: it is read only then (the backend, the
+/// mark bits, the listeners follow from it), so a change is said, not applied.
+pub struct ConfigFile {
+    path: PathBuf,
+    digest: Option<String>,
+}
+
+impl ConfigFile {
+    /// The config file at `path` as it is now.
+    pub fn read(path: &Path) -> ConfigFile {
+        ConfigFile {
+            path: path.to_path_buf(),
+            digest: Self::digest(path),
+        }
+    }
+
+    fn digest(path: &Path) -> Option<String> {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|text| crate::digest::hash(&text))
+    }
+
+    /// Warns (once per change) when the file differs from the one read at start; true when
+    /// it did.
+    pub fn warn_if_changed(&mut self) -> bool {
+        let now = Self::digest(&self.path);
+        let changed = now != self.digest;
+        if changed {
+            tracing::warn!(
+                config = %self.path.display(),
+                "the config file changed; the daemon reads it only when it starts: restart it to use the change (the policy files are reloaded now)"
+            );
+            self.digest = now;
+        }
+        changed
+    }
+}
+
 /// The policy directory watcher.
 pub struct DirectoryWatcher {
     watcher: notify::RecommendedWatcher,
@@ -226,6 +264,19 @@ impl DirectoryWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_config_file_is_said_once() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("config.yaml");
+        let mut config = ConfigFile::read(&path);
+        assert!(!config.warn_if_changed(), "missing, and still missing");
+        std::fs::write(&path, "earlyDrop: false\n").expect("write");
+        assert!(config.warn_if_changed());
+        assert!(!config.warn_if_changed(), "said once");
+        std::fs::write(&path, "earlyDrop: true\n").expect("write");
+        assert!(config.warn_if_changed());
+    }
 
     #[test]
     fn a_policy_file_written_and_not_closed_is_being_written() {
