@@ -142,6 +142,16 @@ impl Diagnostic {
         out
     }
 
+    /// The headline and the help on one line, for a log: `path:line:column: error: message
+    /// (help: …)`.
+    pub fn one_line(&self, sources: &Sources) -> String {
+        let headline = self.headline(sources);
+        match &self.help {
+            Some(help) => format!("{headline} (help: {help})"),
+            None => headline,
+        }
+    }
+
     /// The whole diagnostic: the headline, a code frame under the offending text, and the help.
     pub fn render(&self, sources: &Sources) -> String {
         let mut out = self.headline(sources);
@@ -268,6 +278,11 @@ mod tests {
         assert_eq!(
             diagnostic.render(&sources),
             "policies/a.yaml:2:10: error: `10.0.0.1` is not a CIDR\n  |\n2 |   nets: [10.0.0.1]\n  |          ^^^^^^^^\n  = help: write `10.0.0.1/32`\n"
+        );
+        // The daemon's log line keeps the help.
+        assert_eq!(
+            diagnostic.one_line(&sources),
+            "policies/a.yaml:2:10: error: `10.0.0.1` is not a CIDR (help: write `10.0.0.1/32`)"
         );
     }
 

@@ -275,7 +275,7 @@ impl Daemon {
                 .diagnostics
                 .iter()
                 .filter(|d| d.is_error())
-                .map(|d| d.headline(&set.sources))
+                .map(|d| d.one_line(&set.sources))
                 .collect();
             let repaired = self.repair_with_last_good(event, &facts);
             return Outcome::Invalid { errors, repaired };
@@ -297,7 +297,7 @@ impl Daemon {
         let new_files = last_fingerprint != Some(&set.fingerprint);
         if new_files {
             for warning in set.diagnostics.iter().filter(|d| !d.is_error()) {
-                tracing::warn!("{}", warning.headline(&set.sources));
+                tracing::warn!("{}", warning.one_line(&set.sources));
             }
         }
         let unchanged = !new_files && self.last_good.as_ref().is_some_and(|g| g.facts == facts);
