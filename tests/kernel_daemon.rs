@@ -1687,6 +1687,15 @@ fn a_daemon_on_another_backend_removes_the_first_one_s_rules() {
         "removed the rules of nodeport-guard from the backend used before",
         RELOAD_WITHIN,
     );
+    // What it applied is said, and recorded as the last change.
+    assert!(
+        daemon
+            .log_since(mark)
+            .contains("applied the policies to this backend before removing"),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(nft.status_json()["lastApply"]["by"], "daemon");
     let legacy_rules = lab.node().exec_ok("iptables-legacy-save", &[] as &[&str]);
     assert!(
         !legacy_rules.contains("npg"),

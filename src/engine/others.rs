@@ -314,10 +314,23 @@ impl Engine<'_> {
                 .iter()
                 .any(|leftover| leftover.dataplane.backend.shares_ipsets())
             && !defer_set_deletions(&mut changes).is_empty();
-        if let Err(error) =
-            crate::reconcile::write_planned(&dataplane, &prepared.desired, observed, changes)
-        {
-            return SwitchOver::Failed(error.to_string());
+        let applied = (!changes.is_empty()).then(|| changes.summary().counts());
+        if let Some(counts) = &applied {
+            if let Err(error) = crate::reconcile::write_planned(
+                &dataplane,
+                &prepared.desired,
+                observed,
+                changes.clone(),
+            ) {
+                return SwitchOver::Failed(error.to_string());
+            }
+            super::record::change(&self.state_dir, "daemon", &changes);
+            super::record::applied(&self.state_dir, &prepared.index());
+            tracing::info!(
+                backend = %self.backend,
+                changes = %counts,
+                "applied the policies to this backend before removing the rules of the backend used before"
+            );
         }
         let (retired, sets) = self.retire(&dataplane, &prepared.desired, leftovers.found, deferred);
         if let Some(error) = sets {
