@@ -152,6 +152,44 @@ pub struct DirectoryWatcher {
     writes: std::sync::Arc<std::sync::Mutex<OpenWrites>>,
     /// The file last said to be still open, in the log.
     said_open: Option<PathBuf>,
+    /// Where the policy files that are symlinks lead.
+    targets: std::sync::Arc<std::sync::Mutex<Targets>>,
+}
+
+/// The files that policy files which are symbolic links lead to, and the directories that hold
+/// them: a file edited where it lives (outside the policy directory, or in a ConfigMap's
+/// timestamped folder, `sed -i --follow-symlinks`) changes the policies as much as one in it.
+#[derive(Debug, Default)]
+struct Targets {
+    files: std::collections::BTreeSet<PathBuf>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+}
+
+impl Targets {
+    /// The targets of the symlinked policy files in `dir` now.
+    fn of(dir: &Path) -> Targets {
+        let mut targets = Targets::default();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return targets;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let is_link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+            if !is_link || !name.to_str().is_some_and(is_policy_file_name) {
+                continue;
+            }
+            let Ok(target) = std::fs::canonicalize(entry.path()) else {
+                continue;
+            };
+            if let Some(parent) = target.parent()
+                && parent != dir
+            {
+                targets.dirs.insert(parent.to_path_buf());
+                targets.files.insert(target);
+            }
+        }
+        targets
+    }
 }
 
 impl DirectoryWatcher {
@@ -164,6 +202,8 @@ impl DirectoryWatcher {
         let watched_dir = dir.to_path_buf();
         let writes = std::sync::Arc::new(std::sync::Mutex::new(OpenWrites::default()));
         let noted = writes.clone();
+        let targets = std::sync::Arc::new(std::sync::Mutex::new(Targets::default()));
+        let followed = targets.clone();
         let handler = move |result: notify::Result<notify::Event>| match result {
             Ok(event) => {
                 if let Ok(mut writes) = noted.lock() {
@@ -171,10 +211,12 @@ impl DirectoryWatcher {
                 }
                 let relevant = event.need_rescan()
                     || (!is_read_only(&event.kind)
-                        && event
-                            .paths
-                            .iter()
-                            .any(|path| is_relevant(path, &watched_dir)));
+                        && event.paths.iter().any(|path| {
+                            is_relevant(path, &watched_dir)
+                                || followed
+                                    .lock()
+                                    .is_ok_and(|targets| targets.files.contains(path))
+                        }));
                 if relevant {
                     let _ = events.send(Event::PoliciesChanged);
                 }
@@ -196,9 +238,31 @@ impl DirectoryWatcher {
             ancestor: None,
             writes,
             said_open: None,
+            targets,
         };
         watcher.refresh();
         Ok(watcher)
+    }
+
+    /// Watches the directories holding the files the policy files' symlinks lead to (and
+    /// no longer those it led to before).
+    fn follow_links(&mut self) {
+        let now = Targets::of(&self.dir);
+        let Ok(mut targets) = self.targets.lock() else {
+            return;
+        };
+        let watched = [&self.dir, self.parent.as_ref().unwrap_or(&self.dir)];
+        for gone in targets.dirs.difference(&now.dirs) {
+            if !watched.contains(&gone) {
+                let _ = self.watcher.unwatch(gone);
+            }
+        }
+        for new in now.dirs.difference(&targets.dirs) {
+            if !watched.contains(&new) {
+                let _ = self.watcher.watch(new, RecursiveMode::NonRecursive);
+            }
+        }
+        *targets = now;
     }
 
     /// A policy file a program is still writing (see [`OpenWrites`]), if any; said once per
@@ -234,6 +298,7 @@ impl DirectoryWatcher {
             }
         }
         let _ = self.watcher.unwatch(&self.dir);
+        self.follow_links();
         if self.dir.is_dir() {
             if let Err(error) = self.watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
                 tracing::warn!(%error, dir = %self.dir.display(), "cannot watch the policy directory");
@@ -264,6 +329,36 @@ impl DirectoryWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_files_symlinked_policy_files_lead_to_are_followed() {
+        let root = tempfile::tempdir().expect("temporary directory");
+        let root = std::fs::canonicalize(root.path()).expect("canonical");
+        let dir = root.join("policies");
+        let outside = root.join("elsewhere");
+        let stamped = dir.join("..2026_12_07");
+        for path in [&dir, &outside, &stamped] {
+            std::fs::create_dir_all(path).expect("mkdir");
+        }
+        std::fs::write(outside.join("a.yaml"), "").expect("write");
+        std::fs::write(stamped.join("b.yaml"), "").expect("write");
+        std::fs::write(dir.join("plain.yaml"), "").expect("write");
+        std::os::unix::fs::symlink(outside.join("a.yaml"), dir.join("a.yaml")).expect("link");
+        // A ConfigMap mount: name -> ..data/name, ..data -> ..<timestamp>.
+        std::os::unix::fs::symlink("..2026_12_07", dir.join("..data")).expect("link");
+        std::os::unix::fs::symlink("..data/b.yaml", dir.join("b.yaml")).expect("link");
+        // Not a policy file name: not followed.
+        std::os::unix::fs::symlink(outside.join("a.yaml"), dir.join("notes.txt")).expect("link");
+        let targets = Targets::of(&dir);
+        assert_eq!(
+            targets.files.into_iter().collect::<Vec<_>>(),
+            vec![stamped.join("b.yaml"), outside.join("a.yaml")]
+        );
+        assert_eq!(
+            targets.dirs.into_iter().collect::<Vec<_>>(),
+            vec![stamped, outside]
+        );
+    }
 
     #[test]
     fn a_changed_config_file_is_said_once() {
