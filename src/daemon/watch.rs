@@ -351,13 +351,10 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("a.yaml"), dir.join("notes.txt")).expect("link");
         let targets = Targets::of(&dir);
         assert_eq!(
-            targets.files.into_iter().collect::<Vec<_>>(),
-            vec![stamped.join("b.yaml"), outside.join("a.yaml")]
+            targets.files,
+            [stamped.join("b.yaml"), outside.join("a.yaml")].into()
         );
-        assert_eq!(
-            targets.dirs.into_iter().collect::<Vec<_>>(),
-            vec![stamped, outside]
-        );
+        assert_eq!(targets.dirs, [stamped, outside].into());
     }
 
     #[test]
