@@ -93,6 +93,12 @@ impl StateDir {
 
     /// Takes the writers' lock, waiting for it when `wait`, and records `who` holds it.
     pub fn lock(&self, who: &str, wait: bool) -> Result<LockGuard> {
+        if self.path.exists() && !self.path.is_dir() {
+            anyhow::bail!(
+                "the state directory `{}` is not a directory; give `--state-dir` a directory (it is created when missing)",
+                self.path.display()
+            );
+        }
         let opened = std::fs::create_dir_all(&self.path).and_then(|()| {
             std::fs::OpenOptions::new()
                 .read(true)
