@@ -778,6 +778,17 @@ fn confirmed_apply_keeps_the_new_rules_past_the_deadline(backend: Backend) {
 }
 backend_tests!(confirmed_apply_keeps_the_new_rules_past_the_deadline);
 
+/// Policy A applied, then B applied with a confirm window: the kernel's rules of each
+/// (canonical), B's now in force.
+fn b_in_a_confirm_window_after_a(guard: &Guard<'_>) -> (Snapshot, Snapshot) {
+    guard.write_policy("policy.yaml", &policy_a());
+    guard.apply();
+    let a = guard.snapshot().canonical();
+    guard.write_policy("policy.yaml", &policy_b());
+    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
+    (a, guard.snapshot().canonical())
+}
+
 /// A daemon started during an apply's confirm window waits for it: the
 /// rollback comes at the deadline (not when the daemon stops, which used to
 /// take every rule with it), then the daemon applies the policy files (B)
@@ -785,12 +796,7 @@ backend_tests!(confirmed_apply_keeps_the_new_rules_past_the_deadline);
 fn a_daemon_started_in_a_confirm_window_waits_for_it(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
-    guard.write_policy("policy.yaml", &policy_a());
-    guard.apply();
-    let a = guard.snapshot().canonical();
-    guard.write_policy("policy.yaml", &policy_b());
-    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
-    let b = guard.snapshot().canonical();
+    let (a, b) = b_in_a_confirm_window_after_a(&guard);
     let daemon = guard.spawn(&["run"], "daemon.log");
     let back_to_a = support::wait_until(SETTLE_TIMEOUT, POLL, || guard.snapshot().canonical() == a);
     assert!(
@@ -831,11 +837,7 @@ backend_tests!(a_daemon_started_in_a_confirm_window_waits_for_it);
 fn a_confirm_window_whose_watcher_was_killed_still_rolls_back(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = Guard::new(&lab);
-    guard.write_policy("policy.yaml", &policy_a());
-    guard.apply();
-    let a = guard.snapshot().canonical();
-    guard.write_policy("policy.yaml", &policy_b());
-    guard.run_expect(&["apply", "--yes", "--confirm-timeout", CONFIRM_WINDOW], 0);
+    let (a, _) = b_in_a_confirm_window_after_a(&guard);
     let watcher = watcher_pid(&guard);
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(watcher).expect("a pid")),

@@ -121,6 +121,16 @@ impl Harness {
         watcher
     }
 
+    /// Applies the whitelist (version A), then the same with another source (version B);
+    /// returns what A wrote.
+    fn a_then_b(&self) -> State {
+        assert_exit(self.apply(None).expect("apply version A"), 0);
+        let version_a = self.ours();
+        self.edit_policy("198.51.100.10/32", "198.51.100.11/32");
+        assert_exit(self.apply(None).expect("apply version B"), 0);
+        version_a
+    }
+
     /// The program every write of this backend's tables goes through.
     fn restore_program(&self) -> &'static str {
         match self.backend.name() {
@@ -267,10 +277,7 @@ fn an_earlier_unconfirmed_apply_blocks_the_next() {
 fn the_watcher_rolls_back_only_its_own_unconfirmed_apply() {
     each_backend(|backend| {
         let harness = Harness::new(backend);
-        assert_exit(harness.apply(None).expect("apply version A"), 0);
-        let version_a = harness.ours();
-        harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
-        assert_exit(harness.apply(None).expect("apply version B"), 0);
+        let version_a = harness.a_then_b();
         let applied = harness.kernel.snapshot();
         assert_ne!(harness.ours(), version_a);
         harness.pending("mine", version_a.clone());
@@ -340,10 +347,7 @@ fn an_unwatched_apply_past_its_deadline_is_rolled_back_by_the_next_command() {
         // The watcher was killed (or the apply before it started one): `confirm` comes too
         // late and says so, and the previous rules are back.
         let harness = Harness::new(backend);
-        assert_exit(harness.apply(None).expect("apply version A"), 0);
-        let version_a = harness.ours();
-        harness.edit_policy("198.51.100.10/32", "198.51.100.11/32");
-        assert_exit(harness.apply(None).expect("apply version B"), 0);
+        let version_a = harness.a_then_b();
         harness.pending("mine", version_a.clone());
         assert_exit(
             confirm::run(&harness.settings, &harness.kernel).expect("confirm"),
