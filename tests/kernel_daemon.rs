@@ -1270,11 +1270,12 @@ fn sigterm_and_sigint_stop_at_once_leaving_the_rules(backend: Backend) {
 }
 backend_tests!(sigterm_and_sigint_stop_at_once_leaving_the_rules);
 
-/// (legacy) SIGHUP reloads: the policy file is a symlink to a file outside
-/// the watched directory, so editing the target is invisible to the
-/// watcher (and the resync interval is long); the change is not applied
-/// until SIGHUP, after which the daemon logs the reload and the change is
-/// effective within 3 s.
+/// (legacy) SIGHUP reloads: the policy file is a hard link to a file
+/// outside the watched directory, so a write through that other name is
+/// invisible to the watcher (inotify reports it to the directory the file
+/// was opened in; and the resync interval is long); the change is not
+/// applied until SIGHUP, after which the daemon logs the reload and the
+/// change is effective within 3 s.
 fn sighup_reloads(backend: Backend) {
     let lab = Lab::new(backend);
     let guard = daemon_guard(&lab, NO_RESYNC, "");
@@ -1282,10 +1283,8 @@ fn sighup_reloads(backend: Backend) {
     std::fs::create_dir(&outside).unwrap_or_else(|e| panic!("cannot create {outside:?}: {e}"));
     let target = outside.join("policies.yaml");
     write_in_place(&target, &whitelist(&[SRC_A]));
-    symlink(
-        target.to_str().expect("UTF-8 path"),
-        &guard.policies_dir().join("policies.yaml"),
-    );
+    std::fs::hard_link(&target, guard.policies_dir().join("policies.yaml"))
+        .unwrap_or_else(|e| panic!("cannot link {target:?}: {e}"));
     let daemon = Daemon::start(&guard);
     assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
 
