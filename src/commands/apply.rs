@@ -32,16 +32,24 @@ struct Target {
 
 /// Reads a saved plan, refusing it when the policy files changed since.
 fn saved_target(settings: &Settings, path: &Path) -> Result<Target> {
-    let saved: SavedPlan = serde_json::from_slice(&fs_err::read(path)?)
-        .with_context(|| format!("`{}` is not a plan saved by `plan --out`", path.display()))?;
-    if saved.format != SavedPlan::FORMAT {
+    /// The one field every format of a saved plan has.
+    #[derive(serde::Deserialize)]
+    struct Format {
+        format: u32,
+    }
+    let bytes = fs_err::read(path)?;
+    let not_a_plan = || format!("`{}` is not a plan saved by `plan --out`", path.display());
+    let format = serde_json::from_slice::<Format>(&bytes)
+        .with_context(not_a_plan)?
+        .format;
+    if format != SavedPlan::FORMAT {
         bail!(
-            "`{}` is a plan of format {}, and this nodeport-guard reads format {} only; make a new plan",
+            "`{}` is a plan of format {format}, and this nodeport-guard reads format {} only; make a new plan",
             path.display(),
-            saved.format,
             SavedPlan::FORMAT
         );
     }
+    let saved: SavedPlan = serde_json::from_slice(&bytes).with_context(not_a_plan)?;
     if let crate::dataplane::BackendChoice::Named(backend) = settings.backend
         && backend.name() != saved.backend.name()
     {

@@ -15,12 +15,13 @@ const CONFIRM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30)
 /// `confirm`: exit 0 when an apply was waiting and is now kept, 1 when none was waiting.
 pub fn run(settings: &Settings, runner: &dyn Host) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    // Nothing pending needs no lock: a daemon holds it for as long as it runs.
-    let _lock = match state_dir.pending()? {
-        None => None,
-        // The rollback watcher holds it while it rolls back (with retries, seconds at most).
-        Some(_) => Some(state_dir.lock_within("nodeport-guard confirm", CONFIRM_PATIENCE)?),
-    };
+    // Nothing pending needs no lock (a daemon holds it for as long as it runs); anything else
+    // is done with the lock held. The rollback watcher holds it while it rolls back (with
+    // retries, seconds at most).
+    if state_dir.pending()?.is_none() {
+        return Ok(none_pending(&state_dir));
+    }
+    let _lock = state_dir.lock_within("nodeport-guard confirm", CONFIRM_PATIENCE)?;
     if let Some(id) =
         crate::engine::window::settle_unwatched(&state_dir, runner, "nodeport-guard confirm")?
     {
@@ -30,15 +31,15 @@ pub fn run(settings: &Settings, runner: &dyn Host) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let Some(pending) = state_dir.pending()? else {
-        match state_dir.last_rollback().ok().flatten() {
-            Some(record) => eprintln!(
-                "error: no apply is waiting for confirmation; the last one ({}) {}",
-                record.id, record.outcome
-            ),
-            None => eprintln!("error: no apply is waiting for confirmation"),
-        }
-        return Ok(ExitCode::from(1));
+        return Ok(none_pending(&state_dir));
     };
+    if now_seconds() >= pending.deadline {
+        eprintln!(
+            "error: too late: the confirm window of apply {} has closed; its rollback is under way",
+            pending.id
+        );
+        return Ok(ExitCode::from(1));
+    }
     state_dir.clear_pending()?;
     if let Some(pid) = pending.watcher_pid
         && watcher::is_watching(pid, &pending.id)
@@ -54,4 +55,16 @@ pub fn run(settings: &Settings, runner: &dyn Host) -> Result<ExitCode> {
         .ok();
     println!("Confirmed: the new rules stay.");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says that no apply waits for confirmation (and what became of the last one); exit 1.
+fn none_pending(state_dir: &StateDir) -> ExitCode {
+    match state_dir.last_rollback().ok().flatten() {
+        Some(record) => eprintln!(
+            "error: no apply is waiting for confirmation; the last one ({}) {}",
+            record.id, record.outcome
+        ),
+        None => eprintln!("error: no apply is waiting for confirmation"),
+    }
+    ExitCode::from(1)
 }

@@ -94,7 +94,7 @@ fn audit_until_done(metrics: &Shared, runner: &dyn Host) {
             // The audit ends after the reload gave its freed memory back: what the audit
             // freed (hundreds of MiB at its peak with 1,000 policies) is given back here, or
             // the daemon would rest at that peak until the next event.
-            crate::system::runtime::give_back_memory();
+            crate::system::runtime::give_back_memory(true);
             return;
         };
         let inventory = match exposure::scan::inventory(runner) {

@@ -150,8 +150,13 @@ fn lock_after_any_confirm_window(
         let waiting = state_dir.pending().ok().flatten();
         match state_dir.lock("nodeport-guard run", false) {
             Ok(lock) => {
-                crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard run")
-                    .context("cannot roll back an apply nothing watches any more")?;
+                // A failure here (a damaged record, a restore that fails) must not keep the
+                // daemon from enforcing the policy files: said, and the daemon goes on.
+                if let Err(error) =
+                    crate::engine::window::settle_unwatched(state_dir, runner, "nodeport-guard run")
+                {
+                    tracing::error!("cannot settle an apply nothing watches any more: {error:#}");
+                }
                 let Ok(Some(pending)) = state_dir.pending() else {
                     return Ok(lock);
                 };
@@ -165,12 +170,20 @@ fn lock_after_any_confirm_window(
                 }
             }
             // The watcher holds the lock while it rolls back.
-            Err(_) if waiting.is_some() => {}
+            Err(error)
+                if waiting.is_some()
+                    && error
+                        .downcast_ref::<crate::system::runtime::LockBusy>()
+                        .is_some() => {}
             Err(error) => return Err(error.context("refusing to start a second daemon")),
         }
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(
-            "waiting for a pending apply to be confirmed or rolled back",
-        )]);
+        // systemd's start timeout must not run out while the window is open.
+        let _ = sd_notify::notify(&[
+            sd_notify::NotifyState::Status(
+                "waiting for a pending apply to be confirmed or rolled back",
+            ),
+            sd_notify::NotifyState::ExtendTimeoutUsec(5_000_000),
+        ]);
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -240,7 +253,7 @@ async fn run_loop(
     if let Some(applied) = daemon.applied_state() {
         drift_watch.follow(applied, &daemon.metrics, before, reconciled);
     }
-    crate::system::runtime::give_back_memory();
+    crate::system::runtime::give_back_memory(true);
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&daemon.summary),
@@ -345,12 +358,13 @@ async fn run_loop(
         // kernel with it, so a change made while the event is handled is never taken for the
         // state the handling left.
         let before = drift_watch.reading();
+        daemon.files_settling = watcher.being_written().is_some();
         let reconciled = daemon.handle(event);
         if let Some(applied) = daemon.applied_state() {
             drift_watch.follow(applied, &daemon.metrics, before, reconciled);
         }
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
-        crate::system::runtime::give_back_memory();
+        crate::system::runtime::give_back_memory(!matches!(event, Event::Drift(_)));
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     if let Some(log) = &daemon.drop_log {

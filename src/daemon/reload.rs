@@ -53,6 +53,9 @@ pub(super) struct Daemon {
     pub(super) ahead: Option<Ahead>,
     /// Whether other backends may still hold rules of ours (see [`Daemon::switch_over`]).
     switch_pending: bool,
+    /// A policy file is being written (the watcher says so before each event): reloads keep
+    /// the last good rules until it is closed.
+    pub(super) files_settling: bool,
     /// Whether the operator was told that they do (once).
     switch_warned: bool,
 }
@@ -82,6 +85,9 @@ enum Outcome {
         staged_only: bool,
         repaired: Option<Repair>,
     },
+    /// A policy file is still being written: the files are not read, and the last good rules
+    /// stay (and, on a full check, are put back).
+    Settling { repaired: Option<Repair> },
     /// The files and addresses are those applied; nothing to do.
     Unchanged,
     /// The policies were reconciled with the kernel.
@@ -144,6 +150,7 @@ impl Daemon {
             expiry: expiry::Expiries::new(Arc::new(expiry::SystemClock)),
             ahead: None,
             switch_pending: false,
+            files_settling: false,
             switch_warned: false,
         }
     }
@@ -214,9 +221,9 @@ impl Daemon {
         let outcome = self.reload(event);
         let looked = match &outcome {
             Outcome::Applied(_) | Outcome::Failed(_) => true,
-            Outcome::Invalid { repaired, .. } | Outcome::RefusedEmpty { repaired, .. } => {
-                repaired.is_some()
-            }
+            Outcome::Invalid { repaired, .. }
+            | Outcome::RefusedEmpty { repaired, .. }
+            | Outcome::Settling { repaired } => repaired.is_some(),
             Outcome::Unchanged => false,
         };
         self.report(event, outcome);
@@ -255,6 +262,12 @@ impl Daemon {
             .filter(|_| event == Event::PoliciesChanged);
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
         let facts = engine.facts();
+        // A file written half-way may read as a valid set that says less than the whole.
+        if self.files_settling && self.last_good.is_some() {
+            return Outcome::Settling {
+                repaired: self.repair_with_last_good(event, &facts),
+            };
+        }
         let (set, rendered, started, read_at) = match ahead {
             Some(ahead) => {
                 let rendered = ahead.rendered.filter(|_| ahead.facts == facts);
@@ -396,6 +409,13 @@ impl Daemon {
                 self.write_status();
                 self.report_repair(repaired);
             }
+            Outcome::Settling { repaired } => {
+                tracing::debug!(
+                    ?event,
+                    "a policy file is still being written; the last good rules stay until it is closed"
+                );
+                self.report_repair(repaired);
+            }
             Outcome::RefusedEmpty {
                 missing,
                 staged_only,
@@ -474,6 +494,7 @@ impl Daemon {
                 metrics.policy_files_invalid = false;
                 return;
             }
+            Outcome::Settling { repaired } => repaired,
             Outcome::Failed(_) => {
                 metrics.policy_files_invalid = false;
                 metrics.reloads_failed += 1;

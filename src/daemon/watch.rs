@@ -62,8 +62,15 @@ impl OpenWrites {
     /// How long a file without a new write counts as open.
     pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
-    /// Takes `event` (in the policy directory `dir`) into account at `now`.
-    pub fn note(&mut self, event: &notify::Event, dir: &Path, now: std::time::Instant) {
+    /// Takes `event` (in the policy directory `dir`, or on one of the files its symlinks
+    /// lead to, `targets`) into account at `now`.
+    pub fn note(
+        &mut self,
+        event: &notify::Event,
+        dir: &Path,
+        targets: &std::collections::BTreeSet<PathBuf>,
+        now: std::time::Instant,
+    ) {
         use notify::EventKind;
         use notify::event::{AccessKind, AccessMode, ModifyKind};
         if event.need_rescan() {
@@ -71,11 +78,12 @@ impl OpenWrites {
             return;
         }
         let policy_files = event.paths.iter().filter(|path| {
-            path.parent() == Some(dir)
-                && path
-                    .file_name()
-                    .and_then(|name| name.to_str())
-                    .is_some_and(is_policy_file_name)
+            targets.contains(*path)
+                || path.parent() == Some(dir)
+                    && path
+                        .file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(is_policy_file_name)
         });
         match event.kind {
             EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
@@ -206,16 +214,17 @@ impl DirectoryWatcher {
         let followed = targets.clone();
         let handler = move |result: notify::Result<notify::Event>| match result {
             Ok(event) => {
+                let followed = followed
+                    .lock()
+                    .map(|targets| targets.files.clone())
+                    .unwrap_or_default();
                 if let Ok(mut writes) = noted.lock() {
-                    writes.note(&event, &watched_dir, std::time::Instant::now());
+                    writes.note(&event, &watched_dir, &followed, std::time::Instant::now());
                 }
                 let relevant = event.need_rescan()
                     || (!is_read_only(&event.kind)
                         && event.paths.iter().any(|path| {
-                            is_relevant(path, &watched_dir)
-                                || followed
-                                    .lock()
-                                    .is_ok_and(|targets| targets.files.contains(path))
+                            is_relevant(path, &watched_dir) || followed.contains(path)
                         }));
                 if relevant {
                     let _ = events.send(Event::PoliciesChanged);
@@ -246,23 +255,27 @@ impl DirectoryWatcher {
 
     /// Watches the directories holding the files the policy files' symlinks lead to (and
     /// no longer those it led to before).
+    ///
+    /// The lock on the targets is let go before notify is called: notify's calls wait for its
+    /// event thread, which takes that lock in the handler.
     fn follow_links(&mut self) {
         let now = Targets::of(&self.dir);
-        let Ok(mut targets) = self.targets.lock() else {
-            return;
+        let (gone, new): (Vec<PathBuf>, Vec<PathBuf>) = {
+            let Ok(mut targets) = self.targets.lock() else {
+                return;
+            };
+            let gone = targets.dirs.difference(&now.dirs).cloned().collect();
+            let new = now.dirs.difference(&targets.dirs).cloned().collect();
+            *targets = now;
+            (gone, new)
         };
         let watched = [&self.dir, self.parent.as_ref().unwrap_or(&self.dir)];
-        for gone in targets.dirs.difference(&now.dirs) {
-            if !watched.contains(&gone) {
-                let _ = self.watcher.unwatch(gone);
-            }
+        for gone in gone.iter().filter(|gone| !watched.contains(gone)) {
+            let _ = self.watcher.unwatch(gone);
         }
-        for new in now.dirs.difference(&targets.dirs) {
-            if !watched.contains(&new) {
-                let _ = self.watcher.watch(new, RecursiveMode::NonRecursive);
-            }
+        for new in new.iter().filter(|new| !watched.contains(new)) {
+            let _ = self.watcher.watch(new, RecursiveMode::NonRecursive);
         }
-        *targets = now;
     }
 
     /// A policy file a program is still writing (see [`OpenWrites`]), if any; said once per
@@ -289,15 +302,15 @@ impl DirectoryWatcher {
         if let Some(ancestor) = self.ancestor.take() {
             let _ = self.watcher.unwatch(&ancestor);
         }
-        if let Some(parent) = &self.parent {
-            let _ = self.watcher.unwatch(parent);
-            if parent.is_dir()
-                && let Err(error) = self.watcher.watch(parent, RecursiveMode::NonRecursive)
-            {
-                tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
-            }
+        // Watched again without an unwatch first (inotify keeps the watch of a directory still
+        // there, and makes a new one for a directory created again), so no event is lost in
+        // between.
+        if let Some(parent) = &self.parent
+            && parent.is_dir()
+            && let Err(error) = self.watcher.watch(parent, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(%error, parent = %parent.display(), "cannot watch the policy directory's parent; a recreated directory is only noticed at the next resync");
         }
-        let _ = self.watcher.unwatch(&self.dir);
         self.follow_links();
         if self.dir.is_dir() {
             if let Err(error) = self.watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
@@ -383,47 +396,58 @@ mod tests {
         let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
         let start = std::time::Instant::now();
         let mut writes = OpenWrites::default();
+        let none = std::collections::BTreeSet::new();
         // Created (a symlink, a hard link, `touch`): nothing to wait for.
         writes.note(
             &event(EventKind::Create(CreateKind::File), &file),
             dir,
+            &none,
             start,
         );
         assert_eq!(writes.still_open(start), None);
         // Written in pieces, then closed.
-        writes.note(&event(written, &file), dir, start);
+        writes.note(&event(written, &file), dir, &none, start);
         assert_eq!(writes.still_open(start), Some(file.clone()));
-        writes.note(&event(closed, &file), dir, start);
+        writes.note(&event(closed, &file), dir, &none, start);
         assert_eq!(writes.still_open(start), None);
         // Removed or renamed while open: that name is done with.
-        writes.note(&event(written, &file), dir, start);
+        writes.note(&event(written, &file), dir, &none, start);
         writes.note(
             &event(EventKind::Remove(RemoveKind::File), &file),
             dir,
+            &none,
             start,
         );
         assert_eq!(writes.still_open(start), None);
-        writes.note(&event(written, &file), dir, start);
+        writes.note(&event(written, &file), dir, &none, start);
         let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::From));
-        writes.note(&event(renamed, &file), dir, start);
+        writes.note(&event(renamed, &file), dir, &none, start);
         assert_eq!(writes.still_open(start), None);
         // Files that are not policy files, and files elsewhere, do not count.
-        writes.note(&event(written, &dir.join(".a.yaml.swp")), dir, start);
-        writes.note(&event(written, &dir.join("sub/a.yaml")), dir, start);
+        writes.note(&event(written, &dir.join(".a.yaml.swp")), dir, &none, start);
+        writes.note(&event(written, &dir.join("sub/a.yaml")), dir, &none, start);
         assert_eq!(writes.still_open(start), None);
         // A close that never came is forgotten; so is everything after a queue overflow.
-        writes.note(&event(written, &file), dir, start);
+        writes.note(&event(written, &file), dir, &none, start);
         assert_eq!(
             writes.still_open(start + OpenWrites::FORGET_AFTER),
             None,
             "forgotten"
         );
-        writes.note(&event(written, &file), dir, start);
+        writes.note(&event(written, &file), dir, &none, start);
         writes.note(
             &Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan),
             dir,
+            &none,
             start,
         );
+        assert_eq!(writes.still_open(start), None);
+        // A file a policy symlink leads to, written where it lives.
+        let target = Path::new("/srv/policies/a.yaml");
+        let targets = std::collections::BTreeSet::from([target.to_path_buf()]);
+        writes.note(&event(written, target), dir, &targets, start);
+        assert_eq!(writes.still_open(start), Some(target.to_path_buf()));
+        writes.note(&event(closed, target), dir, &targets, start);
         assert_eq!(writes.still_open(start), None);
     }
 

@@ -350,10 +350,14 @@ pub fn now_seconds() -> u64 {
 }
 
 /// What a resting daemon gives back after its work: the heap memory freed
-/// ([`release_free_memory`]) and the pages of its code ([`release_code_pages`]).
-pub fn give_back_memory() {
+/// ([`release_free_memory`]) and, after work that ran much of its code (a reload, not the
+/// check after a drift notification, which may come every second), the pages of its code
+/// ([`release_code_pages`]).
+pub fn give_back_memory(ran_much_code: bool) {
     release_free_memory();
-    release_code_pages();
+    if ran_much_code {
+        release_code_pages();
+    }
 }
 
 /// Gives the heap memory freed since the last call back to the system. glibc keeps freed pages
@@ -383,16 +387,14 @@ pub fn release_free_memory() {
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn release_code_pages() {
-    use std::os::unix::fs::MetadataExt as _;
-    let Ok(exe) = std::fs::metadata("/proc/self/exe") else {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for (start, end) in own_code_ranges(&maps, exe.ino()) {
-        // SAFETY: the range is a whole mapping of the process's own executable file, mapped
-        // private and executable, never written: MADV_DONTNEED only drops its page table
+    let here = release_code_pages as *const () as usize;
+    for (start, end) in own_code_ranges(&smaps, here) {
+        // SAFETY: the range is a whole mapping of the file this very function's code is
+        // mapped from, private and executable, with no private page in it (nothing was written
+        // to it: no relocation, breakpoint or uprobe): MADV_DONTNEED only drops its page table
         // entries, and the next access maps the same file pages again.
         unsafe {
             nix::libc::madvise(
@@ -408,26 +410,74 @@ pub fn release_code_pages() {
 #[cfg(not(target_os = "linux"))]
 pub fn release_code_pages() {}
 
-/// The executable, private mappings of the file with inode `inode` in `/proc/self/maps`
-/// text: `(start, end)` addresses.
-fn own_code_ranges(maps: &str, inode: u64) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let range = fields.next()?;
-            let perms = fields.next()?;
-            let _offset = fields.next()?;
-            let _device = fields.next()?;
-            let mapped_inode: u64 = fields.next()?.parse().ok()?;
-            fields.next()?; // a path: not an anonymous mapping
-            if perms != "r-xp" || mapped_inode != inode || inode == 0 {
-                return None;
+/// In `/proc/self/smaps` text, the executable private mappings of the file (device and inode)
+/// whose mapping holds the address `here`, leaving out any with a private page (`Anonymous:`
+/// above 0 kB: a page written, by a debugger's breakpoint or a uprobe): `(start, end)`.
+fn own_code_ranges(smaps: &str, here: usize) -> Vec<(usize, usize)> {
+    struct Mapping<'a> {
+        start: usize,
+        end: usize,
+        executable: bool,
+        file: Option<(&'a str, &'a str)>,
+        anonymous_kb: u64,
+    }
+    let mut mappings: Vec<Mapping<'_>> = Vec::new();
+    for line in smaps.lines() {
+        if let Some(value) = line.strip_prefix("Anonymous:") {
+            if let Some(last) = mappings.last_mut() {
+                last.anonymous_kb = value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(u64::MAX);
             }
-            let (start, end) = range.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            (start < end).then_some((start, end))
+            continue;
+        }
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(_offset), Some(device), Some(inode)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            continue;
+        };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let has_path = fields.next().is_some();
+        mappings.push(Mapping {
+            start,
+            end,
+            executable: perms == "r-xp",
+            file: (has_path && inode != "0").then_some((device, inode)),
+            anonymous_kb: u64::MAX,
+        });
+    }
+    let Some(own) = mappings
+        .iter()
+        .find(|mapping| mapping.start <= here && here < mapping.end)
+        .and_then(|mapping| mapping.file)
+    else {
+        return Vec::new();
+    };
+    mappings
+        .iter()
+        .filter(|mapping| {
+            mapping.executable
+                && mapping.file == Some(own)
+                && mapping.anonymous_kb == 0
+                && mapping.start < mapping.end
         })
+        .map(|mapping| (mapping.start, mapping.end))
         .collect()
 }
 
@@ -474,26 +524,39 @@ mod tests {
     use super::own_code_ranges;
 
     #[test]
-    fn only_the_program_s_own_executable_mappings_are_released() {
-        let maps = "\
+    fn only_the_program_s_own_unwritten_executable_mappings_are_released() {
+        let smaps = "\
 55bfc6db3000-55bfc6f84000 r--p 00000000 08:01 1234 /usr/sbin/nodeport-guard
+Rss: 1024 kB
+Anonymous: 0 kB
 55bfc6f84000-55bfc7777000 r-xp 001d0000 08:01 1234 /usr/sbin/nodeport-guard
+Rss: 7420 kB
+Anonymous: 0 kB
 55bfc7777000-55bfc77b2000 r--p 009c2000 08:01 1234 /usr/sbin/nodeport-guard
-55bfc77b2000-55bfc77b6000 rw-p 009fc000 08:01 1234 /usr/sbin/nodeport-guard
+Anonymous: 236 kB
 55bfe2090000-55bfe4025000 rw-p 00000000 00:00 0 [heap]
+Anonymous: 20200 kB
 7fa7481b2000-7fa748308000 r-xp 00028000 08:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
-7fa74757e000-7fa74777e000 rw-p 00000000 00:00 0
+Anonymous: 0 kB
+7fa7c0000000-7fa7c0100000 r-xp 00000000 08:02 1234 /mnt/other/program
+Anonymous: 0 kB
 7ffc0bdfc000-7ffc0bdfe000 r-xp 00000000 00:00 0 [vdso]
+Anonymous: 0 kB
 ";
+        let here = 0x55bf_c700_0000;
         assert_eq!(
-            own_code_ranges(maps, 1234),
-            vec![(0x55bf_c6f8_4000, 0x55bf_c777_7000)]
+            own_code_ranges(smaps, here),
+            vec![(0x55bf_c6f8_4000, 0x55bf_c777_7000)],
+            "the same inode on another device is another file"
         );
-        // A program replaced on disk keeps its inode: " (deleted)" after the path changes
-        // nothing.
-        let deleted = "55bfc6f84000-55bfc7777000 r-xp 001d0000 08:01 1234 /usr/sbin/nodeport-guard (deleted)\n";
-        assert_eq!(own_code_ranges(deleted, 1234).len(), 1);
-        // No inode (an anonymous executable mapping) never matches.
-        assert!(own_code_ranges(maps, 0).is_empty());
+        // A page written (a breakpoint, a uprobe): that mapping is left alone.
+        let written = smaps.replacen(
+            "Rss: 7420 kB\nAnonymous: 0 kB",
+            "Rss: 7420 kB\nAnonymous: 4 kB",
+            1,
+        );
+        assert!(own_code_ranges(&written, here).is_empty());
+        // An address in no mapping of a file: nothing.
+        assert!(own_code_ranges(smaps, 0x7ffc_0bdf_c100).is_empty());
     }
 }
