@@ -559,4 +559,35 @@ Anonymous: 0 kB
         // An address in no mapping of a file: nothing.
         assert!(own_code_ranges(smaps, 0x7ffc_0bdf_c100).is_empty());
     }
+
+    /// Resident kB of this program's executable mappings.
+    fn own_code_resident_kb() -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe");
+        let exe = exe.to_string_lossy();
+        let mut in_code = false;
+        let mut total = 0;
+        for line in smaps.lines() {
+            if line.contains(" r-xp ") || line.contains(" r--p ") || line.contains(" rw-p ") {
+                in_code = line.contains(" r-xp ") && line.ends_with(exe.as_ref());
+            } else if in_code && let Some(value) = line.strip_prefix("Rss:") {
+                total += value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn the_code_pages_are_given_back() {
+        let before = own_code_resident_kb();
+        super::release_code_pages();
+        let after = own_code_resident_kb();
+        eprintln!("code resident: {before} kB -> {after} kB");
+        assert!(after < before, "{before} kB -> {after} kB");
+    }
 }
