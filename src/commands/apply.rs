@@ -162,6 +162,9 @@ pub fn run(
     engine.name_policies(&mut changes, model.as_ref());
     if changes.is_empty() && leftovers.is_empty() {
         println!("No changes: the kernel holds exactly what the policies say.");
+        if confirm_timeout.is_some() {
+            println!("Nothing changed, so there is nothing to confirm.");
+        }
         record::applied(&engine.state_dir, &target.index);
         return Ok(ExitCode::SUCCESS);
     }

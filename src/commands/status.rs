@@ -270,11 +270,22 @@ impl Report {
             )?;
         }
         if let Some(pending) = &self.pending {
-            writeln!(
-                out,
-                "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
-                pending.deadline.saturating_sub(now_seconds())
-            )?;
+            let watched = pending
+                .watcher_pid
+                .is_some_and(|pid| crate::system::watcher::is_watching(pid, &pending.id));
+            if watched || now_seconds() < pending.deadline {
+                writeln!(
+                    out,
+                    "\nAn apply is waiting for `nodeport-guard confirm` (rolled back {} s from now).",
+                    pending.deadline.saturating_sub(now_seconds())
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "\nAn apply ({}) was not confirmed in time, and its rollback watcher has stopped: its rules still stand. The next `nodeport-guard confirm`, `apply` or daemon start rolls it back.",
+                    pending.id
+                )?;
+            }
         }
         if let Some(record) = &self.last_rollback {
             // A rollback that failed left rules in place that nobody confirmed.

@@ -128,12 +128,17 @@ impl Event {
 /// Runs the daemon until SIGTERM or SIGINT. The rules stay in place when it stops.
 pub fn run(settings: Settings, runner: Arc<dyn Host>) -> Result<ExitCode> {
     let state_dir = StateDir::new(&settings.state_dir);
-    let _lock = lock_after_any_confirm_window(&state_dir, runner.as_ref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the event loop")?;
-    runtime.block_on(run_loop(settings, runner, state_dir))
+    runtime.block_on(async {
+        let Some(_lock) = lock_after_any_confirm_window(&state_dir, runner.as_ref()).await? else {
+            tracing::info!("stopped while waiting; nothing was changed");
+            return Ok(ExitCode::SUCCESS);
+        };
+        run_loop(settings, runner, state_dir).await
+    })
 }
 
 /// Takes the writers' lock for the daemon's life, once no `apply --confirm-timeout` waits
@@ -141,11 +146,15 @@ pub fn run(settings: Settings, runner: Arc<dyn Host>) -> Result<ExitCode> {
 /// watcher needs at the deadline: the rollback would come only when the daemon stops, and
 /// take every rule with it. So the daemon waits, without the lock, until the apply is
 /// confirmed or rolled back (one whose watcher is gone is rolled back here at its deadline).
-fn lock_after_any_confirm_window(
+/// `None`: stopped by SIGTERM or SIGINT while waiting (SIGHUP changes nothing then).
+async fn lock_after_any_confirm_window(
     state_dir: &StateDir,
     runner: &dyn Host,
-) -> Result<crate::system::runtime::LockGuard> {
+) -> Result<Option<crate::system::runtime::LockGuard>> {
     let mut said = false;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
     loop {
         let waiting = state_dir.pending().ok().flatten();
         match state_dir.lock("nodeport-guard run", false) {
@@ -158,7 +167,7 @@ fn lock_after_any_confirm_window(
                     tracing::error!("cannot settle an apply nothing watches any more: {error:#}");
                 }
                 let Ok(Some(pending)) = state_dir.pending() else {
-                    return Ok(lock);
+                    return Ok(Some(lock));
                 };
                 if !said {
                     tracing::warn!(
@@ -184,7 +193,12 @@ fn lock_after_any_confirm_window(
             ),
             sd_notify::NotifyState::ExtendTimeoutUsec(5_000_000),
         ]);
-        std::thread::sleep(Duration::from_millis(500));
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = hangup.recv() => {}
+            _ = terminate.recv() => return Ok(None),
+            _ = interrupt.recv() => return Ok(None),
+        }
     }
 }
 

@@ -104,8 +104,16 @@ impl OpenWrites {
 
     /// A policy file still being written at `now`, if any.
     pub fn still_open(&mut self, now: std::time::Instant) -> Option<PathBuf> {
-        self.since
-            .retain(|_, since| now.saturating_duration_since(*since) < Self::FORGET_AFTER);
+        self.since.retain(|file, since| {
+            let open = now.saturating_duration_since(*since) < Self::FORGET_AFTER;
+            if !open {
+                tracing::warn!(
+                    file = %file.display(),
+                    "a policy file was written to and not closed for 30 s; reading it as it is"
+                );
+            }
+            open
+        });
         self.since.keys().min().cloned()
     }
 }
@@ -114,15 +122,20 @@ impl OpenWrites {
 /// mark bits, the listeners follow from it), so a change is said, not applied.
 pub struct ConfigFile {
     path: PathBuf,
+    /// As read at start.
     digest: Option<String>,
+    /// As last said to differ from that.
+    said: Option<String>,
 }
 
 impl ConfigFile {
     /// The config file at `path` as it is now.
     pub fn read(path: &Path) -> ConfigFile {
+        let digest = Self::digest(path);
         ConfigFile {
             path: path.to_path_buf(),
-            digest: Self::digest(path),
+            said: digest.clone(),
+            digest,
         }
     }
 
@@ -136,13 +149,16 @@ impl ConfigFile {
     /// it did.
     pub fn warn_if_changed(&mut self) -> bool {
         let now = Self::digest(&self.path);
-        let changed = now != self.digest;
+        let changed = now != self.digest && now != self.said;
+        if now == self.digest {
+            self.said.clone_from(&now);
+        }
         if changed {
             tracing::warn!(
                 config = %self.path.display(),
                 "the config file changed; the daemon reads it only when it starts: restart it to use the change (the policy files are reloaded now)"
             );
-            self.digest = now;
+            self.said = now;
         }
         changed
     }
@@ -381,6 +397,9 @@ mod tests {
         assert!(!config.warn_if_changed(), "said once");
         std::fs::write(&path, "earlyDrop: true\n").expect("write");
         assert!(config.warn_if_changed());
+        // Back to what the daemon started with (no file): nothing to restart for.
+        std::fs::remove_file(&path).expect("remove");
+        assert!(!config.warn_if_changed());
     }
 
     #[test]
