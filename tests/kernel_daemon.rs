@@ -528,10 +528,14 @@ one_backend_test!(
 /// close the file: while it is open, the denied source stays denied (applying
 /// the first piece would open the port to everyone); once it is closed, the
 /// whole file is effective.
+///
+/// Resyncs come every second meanwhile: they too keep the last rules while
+/// the file is open (a resync reads the files, and would read the first
+/// piece).
 fn a_file_still_being_written_is_not_applied_half_way(backend: Backend) {
     use std::io::Write as _;
     let lab = Lab::new(backend);
-    let guard = daemon_guard(&lab, NO_RESYNC, "");
+    let guard = daemon_guard(&lab, "1s", "");
     guard.write_policy("policies.yaml", &whitelist(&[SRC_A]));
     let daemon = Daemon::start(&guard);
     assert_traffic(&lab, &[SRC_A], &[SRC_B], "at start");
@@ -542,8 +546,8 @@ fn a_file_still_being_written_is_not_applied_half_way(backend: Backend) {
     let mut file = std::fs::File::create(&path).expect("open for writing");
     file.write_all(first.as_bytes()).expect("write");
     file.flush().expect("flush");
-    // Well past the debounce: a reload would have happened by now.
-    std::thread::sleep(Duration::from_secs(2));
+    // Well past the debounce, and two resyncs: a reload would have happened by now.
+    std::thread::sleep(Duration::from_millis(2500));
     assert_traffic(
         &lab,
         &[SRC_A],
