@@ -24,6 +24,8 @@ pub struct PolicySet {
     /// A hash of every file's path and content, and of which resources have expired: equal
     /// fingerprints mean equal input.
     pub fingerprint: String,
+    /// A hash of every file's path and content alone: equal when only expiries moved.
+    pub files_fingerprint: String,
     /// The instant the set was read at, which decided what has expired.
     pub now: jiff::Timestamp,
     /// The model as validated, with the resources that have expired at `now` (the model in
@@ -55,6 +57,7 @@ impl PolicySet {
         let loaded = load::Loaded::default();
         PolicySet {
             fingerprint: "missing".to_owned(),
+            files_fingerprint: "missing".to_owned(),
             ..validated(loaded, jiff::Timestamp::UNIX_EPOCH)
         }
     }
@@ -351,6 +354,7 @@ fn assembled(
         fingerprint_input.push_str(&file.text);
         fingerprint_input.push('\0');
     }
+    let files_fingerprint = crate::digest::hash(&fingerprint_input);
     // The same files mean other rules once something in them has expired.
     for expiry in validate::expiry::expiries(&validated).filter(|e| e.has_passed(now)) {
         fingerprint_input.push_str(&format!("expired {}\0", expiry.at));
@@ -360,6 +364,7 @@ fn assembled(
         model,
         diagnostics,
         fingerprint: crate::digest::hash(&fingerprint_input),
+        files_fingerprint,
         now,
         validated,
     }

@@ -252,6 +252,7 @@ async fn run_loop(
 
     let drop_log = drops::DropLog::start(&settings, metrics.clone());
     let mut daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
+    daemon.writes = watcher.writes();
     daemon.drop_log = drop_log;
     tracing::info!(
         %backend,

@@ -20,6 +20,8 @@ use crate::system::runtime::{StateDir, now_seconds};
 /// What the last successful apply was made from.
 struct LastGood {
     fingerprint: String,
+    /// The set's [`PolicySet::files_fingerprint`].
+    files_fingerprint: String,
     facts: HostFacts,
     model: Model,
     desired: Arc<State>,
@@ -56,6 +58,8 @@ pub(super) struct Daemon {
     /// A policy file is being written (the watcher says so before each event): reloads keep
     /// the last good rules until it is closed.
     pub(super) files_settling: bool,
+    /// The watcher's open writes, looked at again once the files are read.
+    pub(super) writes: super::watch::Writes,
     /// Whether the operator was told that they do (once).
     switch_warned: bool,
 }
@@ -151,6 +155,7 @@ impl Daemon {
             ahead: None,
             switch_pending: false,
             files_settling: false,
+            writes: super::watch::Writes::default(),
             switch_warned: false,
         }
     }
@@ -282,6 +287,11 @@ impl Daemon {
                 (set, None, resumed_at, Instant::now())
             }
         };
+        if self.may_be_half_written(event, &set) {
+            return Outcome::Settling {
+                repaired: self.repair_with_last_good(event, &facts),
+            };
+        }
         self.expiries_read(&set);
         if !set.is_valid() {
             let errors = set
@@ -384,6 +394,27 @@ impl Daemon {
             }
             Err(error) => Outcome::Failed(error),
         }
+    }
+
+    /// Whether `set`, read for `event`, holds other files than the last good set and may hold a file
+    /// read half-way: a write that the watcher had not yet noted when the reload began, or
+    /// that began while the files were read. Only for a change of the files: with the
+    /// files as last applied (an expiry changes only the time), there is nothing to wait for.
+    fn may_be_half_written(&self, event: Event, set: &PolicySet) -> bool {
+        let Some(good) = &self.last_good else {
+            return false;
+        };
+        if good.files_fingerprint == set.files_fingerprint {
+            return false;
+        }
+        if self.writes.any_open() {
+            return true;
+        }
+        // A file event's reload comes after its debounce, and the write's own event has been
+        // noted by then; any other reload may come right after the write.
+        event != Event::PoliciesChanged
+            && super::watch::written_within(&self.settings.config.policies_dir, super::watch::QUIET)
+                .is_some()
     }
 
     /// Says what `outcome` came to: the log, the metrics (all of them here), the status file.
@@ -653,6 +684,7 @@ impl Daemon {
         );
         self.last_good = Some(LastGood {
             fingerprint: set.fingerprint,
+            files_fingerprint: set.files_fingerprint,
             facts,
             model: set.model,
             desired,
@@ -729,6 +761,7 @@ impl Daemon {
         );
         Some(LastGood {
             fingerprint: set.fingerprint,
+            files_fingerprint: set.files_fingerprint,
             facts: facts.clone(),
             model: set.model,
             desired: Arc::new(desired),

@@ -140,6 +140,41 @@ fn invalid_policy_files_keep_the_last_good_rules() {
     });
 }
 
+/// A resync (or any reload no file event asked for) may read a file the moment after a
+/// write, before the watcher has noted the write: a file modified that recently is taken for
+/// one still being written, and the last good rules stay. Once the file is quiet, the next
+/// resync applies it.
+#[test]
+fn a_resync_right_after_a_write_keeps_the_last_rules_until_the_file_is_quiet() {
+    each_backend(|backend| {
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        let opened = WHITELIST.replace("198.51.100.10/32", "198.51.100.20/32");
+        harness.write("whitelist.yaml", &opened);
+        for event in [Event::Resync, Event::Reload] {
+            harness.daemon.handle(event);
+            assert_eq!(
+                harness.ours(),
+                ours,
+                "{backend}: {event:?} right after the write keeps the last rules"
+            );
+        }
+        let file = std::fs::File::options()
+            .append(true)
+            .open(harness.policies.join("whitelist.yaml"))
+            .expect("open");
+        let quiet = std::time::SystemTime::now() - 2 * super::watch::QUIET;
+        file.set_modified(quiet).expect("set the time");
+        harness.daemon.handle(Event::Resync);
+        let now = harness.ours();
+        assert_ne!(now, ours, "{backend}: the quiet file is applied");
+        assert!(
+            format!("{now:?}").contains("198.51.100.20"),
+            "{backend}: {now:?}"
+        );
+    });
+}
+
 #[test]
 fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
     each_backend(|backend| {

@@ -118,6 +118,48 @@ impl OpenWrites {
     }
 }
 
+/// The open writes as the watcher notes them, for a second look after the files are read:
+/// a write that began while they were read is seen there (see [`Daemon`](super::Daemon)).
+#[derive(Clone, Debug, Default)]
+pub struct Writes(Option<std::sync::Arc<std::sync::Mutex<OpenWrites>>>);
+
+impl Writes {
+    /// Whether a policy file is being written now.
+    pub fn any_open(&self) -> bool {
+        self.0.as_ref().is_some_and(|writes| {
+            writes
+                .lock()
+                .is_ok_and(|mut writes| writes.still_open(std::time::Instant::now()).is_some())
+        })
+    }
+}
+
+/// How recently a policy file may have been written for a reload that no file event asked
+/// for to take it as it is: the watcher notes a write only once its thread has read the
+/// event, so a resync (or a drift check, a SIGHUP) that reads a file just written may come
+/// before that note. Such a reload keeps the last good rules; the file events that follow
+/// (or the next resync, when events were lost) apply the file.
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A policy file in `dir` (or the file a policy symlink there leads to) last modified less
+/// than `within` before now, if any.
+pub fn written_within(dir: &Path, within: std::time::Duration) -> Option<PathBuf> {
+    let now = std::time::SystemTime::now();
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let path = entry.path();
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(is_policy_file_name) {
+            return None;
+        }
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+        // A time ahead of now (a clock set back) counts as recent.
+        let recent = now
+            .duration_since(modified)
+            .map_or(true, |age| age < within);
+        recent.then_some(path)
+    })
+}
+
 /// The config file as the daemon read it at start: it is read only then (the backend, the
 /// mark bits, the listeners follow from it), so a change is said, not applied.
 pub struct ConfigFile {
@@ -292,6 +334,11 @@ impl DirectoryWatcher {
         for new in new.iter().filter(|new| !watched.contains(new)) {
             let _ = self.watcher.watch(new, RecursiveMode::NonRecursive);
         }
+    }
+
+    /// The open writes, to look at again later (see [`Writes`]).
+    pub fn writes(&self) -> Writes {
+        Writes(Some(self.writes.clone()))
     }
 
     /// A policy file a program is still writing (see [`OpenWrites`]), if any; said once per
