@@ -86,6 +86,22 @@ fn main() {
         lines.len(),
         mib(text),
     );
+    let before_pack = in_use();
+    let started = std::time::Instant::now();
+    let packed = nodeport_guard::state::PackedState::pack(&desired);
+    let pack_ms = started.elapsed().as_secs_f64() * 1e3;
+    let packed_heap = in_use() - before_pack;
+    let started = std::time::Instant::now();
+    let unpacked = packed.unpack();
+    let unpack_ms = started.elapsed().as_secs_f64() * 1e3;
+    assert!(unpacked == *desired, "unpacked as packed");
+    drop(unpacked);
+    println!(
+        "  the desired state packed, as a resting daemon keeps it: {} ({} bytes), packed in {pack_ms:.1} ms, unpacked in {unpack_ms:.1} ms",
+        mib(packed_heap),
+        packed.size(),
+    );
+    drop(packed);
     let mut freed = in_use();
     let mut then = |what: &str| {
         let now = in_use();

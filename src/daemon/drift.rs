@@ -119,8 +119,9 @@ pub struct Watch {
     /// Reloads and repairs counted at the last [`Watch::follow`]: when they moved, the check
     /// may have written.
     writes: Option<u64>,
-    /// The state `interest` was made from (compared by pointer: it is replaced, not changed).
-    from: Option<Arc<State>>,
+    /// The identity of the state `interest` was made from (`Kept::id`: a state is replaced,
+    /// not changed, and keeps its identity while the daemon packs and unpacks it).
+    from: Option<u64>,
     /// The set poll's expectation (iptables backends).
     set_sizes: SetSizes,
     backend: &'static dyn Backend,
@@ -178,15 +179,13 @@ impl Watch {
     pub fn follow(
         &mut self,
         applied: &Arc<State>,
+        id: u64,
         metrics: &super::metrics::Shared,
         before: Reading,
         reconciled: bool,
     ) {
         let mut before = before;
-        let replaced = !self
-            .from
-            .as_ref()
-            .is_some_and(|from| Arc::ptr_eq(from, applied));
+        let replaced = self.from != Some(id);
         if replaced {
             let interest = interest(self.backend, applied);
             if let Ok(mut shared) = self.interest.lock() {
@@ -219,7 +218,7 @@ impl Watch {
                 shared.sizes = Some(sizes);
                 shared.prints = Arc::new(prints);
             }
-            self.from = Some(Arc::clone(applied));
+            self.from = Some(id);
         }
         let writes = metrics.lock().map_or(0, |metrics| {
             metrics.reloads_ok

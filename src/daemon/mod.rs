@@ -19,6 +19,7 @@ pub mod drops;
 pub mod expiry;
 mod exposed;
 pub mod http;
+mod kept;
 pub mod metrics;
 pub mod netlink;
 mod reload;
@@ -265,9 +266,10 @@ async fn run_loop(
     daemon.switch_over();
     let before = drift_watch.reading();
     let reconciled = daemon.handle(Event::Resync);
-    if let Some(applied) = daemon.applied_state() {
-        drift_watch.follow(applied, &daemon.metrics, before, reconciled);
+    if let Some((applied, id)) = daemon.applied_state() {
+        drift_watch.follow(applied, id, &daemon.metrics, before, reconciled);
     }
+    daemon.rest();
     crate::system::runtime::give_back_memory(true);
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
@@ -375,9 +377,10 @@ async fn run_loop(
         let before = drift_watch.reading();
         daemon.files_settling = watcher.being_written().is_some();
         let reconciled = daemon.handle(event);
-        if let Some(applied) = daemon.applied_state() {
-            drift_watch.follow(applied, &daemon.metrics, before, reconciled);
+        if let Some((applied, id)) = daemon.applied_state() {
+            drift_watch.follow(applied, id, &daemon.metrics, before, reconciled);
         }
+        daemon.rest();
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::give_back_memory(!matches!(event, Event::Drift(_)));
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::kept::Kept;
 use super::{Event, drops, expiry, metrics};
 use crate::compile;
 use crate::dataplane::{Backend, Dataplane, Host};
@@ -24,7 +25,8 @@ struct LastGood {
     files_fingerprint: String,
     facts: HostFacts,
     model: Model,
-    desired: Arc<State>,
+    /// The rendered state, packed while the daemon rests.
+    desired: Kept,
     /// The families `desired` was rendered for.
     families: Vec<IpFamily>,
 }
@@ -220,6 +222,7 @@ impl Daemon {
         if let Ok(mut metrics) = self.metrics.lock() {
             metrics.heartbeat = Some(Instant::now());
         }
+        self.wake();
         if self.switch_pending {
             self.switch_over();
         }
@@ -241,6 +244,7 @@ impl Daemon {
     /// file event); the host facts are read again then, and the work is redone if they moved.
     pub(super) fn prepare(&mut self) {
         let started = Instant::now();
+        self.wake();
         self.settings.load.now = self.expiry.now();
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
         let set = engine.load(&mut self.memory);
@@ -343,9 +347,9 @@ impl Daemon {
         // rules last applied are what a compile would give again.
         let again = self
             .last_good
-            .as_ref()
+            .as_mut()
             .filter(|_| unchanged)
-            .map(|good| (Arc::clone(&good.desired), good.families.clone()));
+            .map(|good| (Arc::clone(good.desired.live()), good.families.clone()));
         let unpack = |reconciled: Reconciled| {
             let Reconciled {
                 compiled,
@@ -682,6 +686,12 @@ impl Daemon {
             &self.settings.config,
             &facts,
         );
+        // The same state as before (a check that found the files and the host unchanged)
+        // keeps its identity: the drift watch then has nothing new to look for.
+        let desired = match self.last_good.take() {
+            Some(good) if good.desired.is(&desired) => good.desired,
+            _ => Kept::new(desired),
+        };
         self.last_good = Some(LastGood {
             fingerprint: set.fingerprint,
             files_fingerprint: set.files_fingerprint,
@@ -692,9 +702,48 @@ impl Daemon {
         });
     }
 
-    /// The state of the last good apply (what the drift watch looks after).
-    pub(super) fn applied_state(&self) -> Option<&Arc<State>> {
-        self.last_good.as_ref().map(|good| &good.desired)
+    /// The state of the last good apply (what the drift watch looks after) and its identity,
+    /// while an event is handled (at rest it is packed).
+    pub(super) fn applied_state(&self) -> Option<(&Arc<State>, u64)> {
+        let good = self.last_good.as_ref()?;
+        Some((good.desired.if_live()?, good.desired.id()))
+    }
+
+    /// Puts the daemon to rest after an event: the rule lines of the state last applied are
+    /// packed, and the engine's memos and view let go of them
+    /// (`docs/performance.md`, "The daemon at rest packs what it applied").
+    pub(super) fn rest(&mut self) {
+        let Some(good) = &mut self.last_good else {
+            return;
+        };
+        let Some(applied) = good.desired.if_live() else {
+            return;
+        };
+        self.memory.set_aside(applied);
+        if !good.desired.rest() {
+            // Something else still holds it (work done ahead): nothing would be freed.
+            if let Some(applied) = good.desired.if_live() {
+                self.memory.take_back(applied);
+            }
+        }
+    }
+
+    /// Whether the state last applied rests packed.
+    #[cfg(test)]
+    pub(super) fn is_resting(&self) -> bool {
+        self.last_good
+            .as_ref()
+            .is_some_and(|good| good.desired.is_resting())
+    }
+
+    /// Wakes the daemon for an event: undoes [`Daemon::rest`].
+    pub(super) fn wake(&mut self) {
+        if let Some(good) = &mut self.last_good
+            && good.desired.if_live().is_none()
+        {
+            let applied = Arc::clone(good.desired.live());
+            self.memory.take_back(&applied);
+        }
     }
 
     /// Whether an empty policy set would take protection away: some was applied, or the kernel
@@ -726,9 +775,9 @@ impl Daemon {
             self.last_good = self.recorded_last_good(facts);
         }
         self.expire_last_good(facts);
-        let good = self.last_good.as_ref()?;
+        let good = self.last_good.as_mut()?;
         let desired = if &good.facts == facts {
-            Arc::clone(&good.desired)
+            Arc::clone(good.desired.live())
         } else {
             let compiled = compile::compile(&good.model, &self.settings.config, facts);
             Arc::new(self.backend.desired(&compiled.ruleset))
@@ -764,7 +813,7 @@ impl Daemon {
             files_fingerprint: set.files_fingerprint,
             facts: facts.clone(),
             model: set.model,
-            desired: Arc::new(desired),
+            desired: Kept::new(Arc::new(desired)),
             families: facts.families(),
         })
     }
@@ -891,7 +940,7 @@ impl Daemon {
             );
         }
         let compiled = crate::compile::compile(&model, &self.settings.config, facts);
-        good.desired = Arc::new(self.backend.desired(&compiled.ruleset));
+        good.desired = Kept::new(Arc::new(self.backend.desired(&compiled.ruleset)));
         good.facts = facts.clone();
         good.model = model;
         // The same files, once valid again, are read as new.

@@ -53,6 +53,13 @@ impl Harness {
         self.daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
     }
 
+    /// Handles `event` as the main loop does: then the daemon rests (packs what it applied).
+    fn handle(&mut self, event: Event) -> bool {
+        let looked = self.daemon.handle(event);
+        self.daemon.rest();
+        looked
+    }
+
     fn write(&self, name: &str, text: &str) {
         std::fs::write(self.policies.join(name), text).expect("write policy");
     }
@@ -75,7 +82,7 @@ impl Harness {
 
 fn applied(harness: &mut Harness) -> crate::state::State {
     harness.write("whitelist.yaml", WHITELIST);
-    harness.daemon.handle(Event::PoliciesChanged);
+    harness.handle(Event::PoliciesChanged);
     let ours = harness.ours();
     assert!(!ours.is_empty(), "the whitelist was applied");
     assert!(harness.daemon.last_errors.is_empty());
@@ -93,7 +100,7 @@ fn valid_policies_are_applied_and_a_second_event_changes_nothing() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         let writes = harness.kernel.writes();
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(
             harness.kernel.writes(),
             writes,
@@ -113,7 +120,7 @@ fn invalid_policy_files_keep_the_last_good_rules() {
             "whitelist.yaml",
             &WHITELIST.replace("198.51.100.10/32", "198.51.100.300/32"),
         );
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_eq!(
             harness.ours(),
             ours,
@@ -152,7 +159,7 @@ fn a_resync_right_after_a_write_keeps_the_last_rules_until_the_file_is_quiet() {
         let opened = WHITELIST.replace("198.51.100.10/32", "198.51.100.20/32");
         harness.write("whitelist.yaml", &opened);
         for event in [Event::Resync, Event::Reload] {
-            harness.daemon.handle(event);
+            harness.handle(event);
             assert_eq!(
                 harness.ours(),
                 ours,
@@ -165,7 +172,7 @@ fn a_resync_right_after_a_write_keeps_the_last_rules_until_the_file_is_quiet() {
             .expect("open");
         let quiet = std::time::SystemTime::now() - 2 * super::watch::QUIET;
         file.set_modified(quiet).expect("set the time");
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         let now = harness.ours();
         assert_ne!(now, ours, "{backend}: the quiet file is applied");
         assert!(
@@ -181,10 +188,10 @@ fn drift_is_repaired_on_resync_even_while_the_files_are_invalid() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         harness.write("whitelist.yaml", "kind: [");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         harness.remove_our_allow_rule();
         assert_ne!(harness.ours(), ours);
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(
             harness.ours(),
             ours,
@@ -203,10 +210,10 @@ fn a_daemon_started_while_the_files_are_invalid_repairs_with_the_last_apply() {
         // A new daemon (a restart): it has applied nothing, the state directory recorded the
         // last apply's files.
         harness.restart();
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(harness.ours(), ours, "{backend}: nothing changed at start");
         harness.remove_our_allow_rule();
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(
             harness.ours(),
             ours,
@@ -226,24 +233,20 @@ fn handle_says_whether_the_event_looked_at_the_kernel() {
         let mut harness = Harness::new(backend, false);
         applied(&mut harness);
         assert!(
-            !harness.daemon.handle(Event::PoliciesChanged),
+            !harness.handle(Event::PoliciesChanged),
             "{backend}: files unchanged"
         );
         assert!(
-            harness
-                .daemon
-                .handle(Event::Drift(super::drift::Trigger::Poll)),
+            harness.handle(Event::Drift(super::drift::Trigger::Poll)),
             "{backend}: a drift check"
         );
         harness.write("whitelist.yaml", "kind: [");
         assert!(
-            !harness.daemon.handle(Event::PoliciesChanged),
+            !harness.handle(Event::PoliciesChanged),
             "{backend}: invalid files, no repair on a file event"
         );
         assert!(
-            harness
-                .daemon
-                .handle(Event::Drift(super::drift::Trigger::Poll)),
+            harness.handle(Event::Drift(super::drift::Trigger::Poll)),
             "{backend}: a drift check repairs with the last good rules"
         );
     });
@@ -255,7 +258,7 @@ fn drift_is_repaired_on_resync() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         harness.remove_our_allow_rule();
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(harness.ours(), ours, "{backend}");
         assert_eq!(harness.metric(|m| m.drift_repairs.resync), 1);
     });
@@ -267,9 +270,7 @@ fn drift_noticed_by_a_watch_is_repaired_and_counted_under_its_trigger() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         // The echo of the daemon's own write: nothing to repair, nothing counted.
-        harness
-            .daemon
-            .handle(Event::Drift(super::drift::Trigger::Notification));
+        harness.handle(Event::Drift(super::drift::Trigger::Notification));
         assert_eq!(harness.metric(|m| m.drift_repairs.notification), 0);
         let reloads = harness.metric(|m| m.reloads_ok);
         for (trigger, count) in [
@@ -278,7 +279,7 @@ fn drift_noticed_by_a_watch_is_repaired_and_counted_under_its_trigger() {
             (super::drift::Trigger::Notification, 2),
         ] {
             harness.remove_our_allow_rule();
-            harness.daemon.handle(Event::Drift(trigger));
+            harness.handle(Event::Drift(trigger));
             assert_eq!(harness.ours(), ours, "{backend}: {trigger:?}");
             let counted = harness.metric(|m| match trigger {
                 super::drift::Trigger::Notification => m.drift_repairs.notification,
@@ -298,12 +299,12 @@ fn a_suddenly_empty_directory_keeps_the_rules() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         harness.remove("whitelist.yaml");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
         assert!(harness.daemon.refusing_empty);
         assert_eq!(harness.metric(|m| m.reloads_refused), 1);
         // Said once, not at every resync.
-        harness.daemon.handle(Event::Resync);
+        harness.handle(Event::Resync);
         assert_eq!(harness.metric(|m| m.reloads_refused), 1);
         assert_eq!(harness.ours(), ours);
     });
@@ -319,7 +320,7 @@ fn a_directory_left_with_staged_policies_only_keeps_the_rules() {
         harness.write("staged.yaml", STAGED);
         let ours = applied(&mut harness);
         harness.remove("whitelist.yaml");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
         assert!(harness.daemon.refusing_empty, "{backend}");
     });
@@ -331,7 +332,7 @@ fn a_missing_directory_keeps_the_rules() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         std::fs::remove_dir_all(&harness.policies).expect("remove the directory");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_eq!(harness.ours(), ours, "{backend}: nothing removed");
         assert!(
             harness
@@ -348,7 +349,7 @@ fn allow_empty_lets_an_emptied_directory_remove_the_rules() {
         let mut harness = Harness::new(backend, true);
         applied(&mut harness);
         harness.remove("whitelist.yaml");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert!(
             harness.ours().is_empty(),
             "{backend}: allowEmpty removes everything"
@@ -372,13 +373,13 @@ fn revoking_the_last_grant_removes_it_without_allow_empty() {
             order: 0.0,
         };
         harness.write("grant-vendor.yaml", &grant.render());
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert!(
             !harness.ours().is_empty(),
             "{backend}: the grant was applied"
         );
         harness.remove("grant-vendor.yaml");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert!(
             harness.ours().is_empty(),
             "{backend}: a revoked grant is no protection to keep"
@@ -419,7 +420,7 @@ fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
             .kernel
             .fail_write(if one_transaction { 1 } else { 2 });
         let writes = harness.kernel.writes();
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_eq!(harness.ours(), ours, "{backend}: the previous rules");
         if !one_transaction {
             assert!(
@@ -443,7 +444,7 @@ fn a_failed_apply_keeps_the_previous_rules_and_says_so() {
         let synced_before = harness.metric(|m| m.last_sync_timestamp);
         assert!(synced_before > 0, "{backend}: the first apply was a sync");
         // The next event applies the change.
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         assert_ne!(harness.ours(), ours);
         assert!(harness.daemon.last_errors.is_empty());
         assert_eq!(harness.metric(|m| u64::from(m.in_sync)), 1, "{backend}");
@@ -457,9 +458,9 @@ fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
         let mut harness = Harness::new(backend, false);
         let ours = applied(&mut harness);
         harness.write("whitelist.yaml", "kind: [");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         harness.remove_our_allow_rule();
-        harness.daemon.handle(Event::Reload);
+        harness.handle(Event::Reload);
         assert_eq!(
             harness.ours(),
             ours,
@@ -467,13 +468,68 @@ fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
         );
 
         harness.remove("whitelist.yaml");
-        harness.daemon.handle(Event::PoliciesChanged);
+        harness.handle(Event::PoliciesChanged);
         harness.remove_our_allow_rule();
-        harness.daemon.handle(Event::Reload);
+        harness.handle(Event::Reload);
         assert_eq!(
             harness.ours(),
             ours,
             "{backend}: also with an empty directory"
         );
+    });
+}
+
+#[test]
+fn a_resting_daemon_packs_what_it_applied_and_asks_the_kernel_what_an_awake_one_asks() {
+    each_backend(|backend| {
+        let mut resting = Harness::new(backend, false);
+        let mut awake = Harness::new(backend, false);
+        let ours = applied(&mut resting);
+        assert!(
+            resting.daemon.is_resting(),
+            "{backend}: packed after the event"
+        );
+        awake.write("whitelist.yaml", WHITELIST);
+        awake.daemon.handle(Event::PoliciesChanged);
+        assert_eq!(awake.ours(), ours, "{backend}");
+        let edited = WHITELIST.replace("198.51.100.10/32", "198.51.100.11/32");
+        let mut asked = Vec::new();
+        for (harness, rests) in [(&mut resting, true), (&mut awake, false)] {
+            harness.kernel.clear_commands();
+            let events = |harness: &mut Harness, event| {
+                if rests {
+                    harness.handle(event)
+                } else {
+                    harness.daemon.handle(event)
+                }
+            };
+            // A check with nothing to do, a repair, an edit, and a check after the edit.
+            events(harness, Event::Resync);
+            harness.remove_our_allow_rule();
+            events(harness, Event::Drift(super::drift::Trigger::Notification));
+            assert_eq!(harness.ours(), ours, "{backend}: repaired");
+            harness.write("whitelist.yaml", &edited);
+            events(harness, Event::PoliciesChanged);
+            events(harness, Event::Resync);
+            // Some readings run on threads of their own: their order is not the point.
+            let mut commands: Vec<String> = harness
+                .kernel
+                .commands()
+                .iter()
+                .map(|command| format!("{} <<{:?}", command.line(), command.stdin))
+                .collect();
+            commands.sort();
+            asked.push((commands, harness.ours()));
+        }
+        assert!(resting.daemon.is_resting(), "{backend}");
+        assert!(!asked[0].1.is_empty());
+        assert_ne!(asked[0].1, ours, "{backend}: the edit was applied");
+        assert!(
+            asked[0].0 == asked[1].0,
+            "{backend}: resting, then awake:\n{}\n\n{}",
+            asked[0].0.join("\n"),
+            asked[1].0.join("\n")
+        );
+        assert_eq!(asked[0].1, asked[1].1, "{backend}: the same rules");
     });
 }

@@ -27,12 +27,37 @@ pub struct Memory {
     /// What the kernel holds of ours at a sign of the kernel's, while nobody else changes it
     /// (see [`reconcile::reconcile_cached`]).
     view: Option<reconcile::View>,
+    /// The view while its caller rests ([`Memory::set_aside`]).
+    view_aside: Option<reconcile::ViewAside>,
 }
 
 impl Memory {
     /// Forgets the view of the kernel: the next reconcile reads the whole kernel.
     pub fn forget_view(&mut self) {
         self.view = None;
+        self.view_aside = None;
+    }
+
+    /// Lets go of the rule lines of `applied`, the state last applied, wherever the memos and
+    /// the view hold them, for a caller at rest that keeps `applied` packed
+    /// ([`crate::state::PackedState`]). A view of another state keeps its own, packed too.
+    /// [`Memory::take_back`] with `applied` unpacked undoes it; until then the memory works as
+    /// an empty one would (a whole reading of the kernel, a render of every chain).
+    pub fn set_aside(&mut self, applied: &Arc<State>) {
+        if let Some(view) = self.view.take() {
+            self.view_aside = Some(view.set_aside(applied));
+        }
+        self.render.set_aside(applied);
+    }
+
+    /// Undoes [`Memory::set_aside`], `applied` being the state it was given, unpacked.
+    pub fn take_back(&mut self, applied: &Arc<State>) {
+        if let Some(aside) = self.view_aside.take()
+            && self.view.is_none()
+        {
+            self.view = Some(aside.with_state(applied));
+        }
+        self.render.take_back(applied);
     }
 
     /// How many policy chains the last compile reused and compiled, and how many chains the

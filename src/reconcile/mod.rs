@@ -156,4 +156,4 @@ pub fn restore(dataplane: &Dataplane<'_>, previous: &State) -> Result<Plan, Data
 mod tests;
 pub mod view;
 
-pub use view::{FirstRead, Prefetched, View, reconcile_after, reconcile_cached};
+pub use view::{FirstRead, Prefetched, View, ViewAside, reconcile_after, reconcile_cached};

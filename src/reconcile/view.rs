@@ -89,6 +89,44 @@ impl View {
             && self.origin == Origin::of(dataplane, dataplane.kernel.namespace_identity())
             && dataplane.sign() == Some(self.sign)
     }
+
+    /// The view without its state, for a daemon at rest: the state is kept packed elsewhere
+    /// and given back with [`ViewAside::with_state`]. `shares` says whether the view's state is
+    /// `applied` (the state the daemon packs anyway); else the view's own is packed too.
+    pub fn set_aside(self, applied: &Arc<State>) -> ViewAside {
+        let state = if Arc::ptr_eq(&self.state, applied) {
+            None
+        } else {
+            Some(crate::state::PackedState::pack(&self.state))
+        };
+        ViewAside {
+            origin: self.origin,
+            sign: self.sign,
+            state,
+        }
+    }
+}
+
+/// A [`View`] set aside by [`View::set_aside`].
+#[derive(Debug)]
+pub struct ViewAside {
+    origin: Origin,
+    sign: Stamp,
+    /// The view's state when it was not the applied state.
+    state: Option<crate::state::PackedState>,
+}
+
+impl ViewAside {
+    /// The view again, its state `applied` (the applied state unpacked) or its own.
+    pub fn with_state(self, applied: &Arc<State>) -> View {
+        View {
+            origin: self.origin,
+            sign: self.sign,
+            state: self
+                .state
+                .map_or_else(|| Arc::clone(applied), |own| Arc::new(own.unpack())),
+        }
+    }
 }
 
 /// The first reading of the kernel before a plan: the sign, what it does not cover (ipsets)
