@@ -269,7 +269,6 @@ async fn run_loop(
     if let Some((applied, id)) = daemon.applied_state() {
         drift_watch.follow(applied, id, &daemon.metrics, before, reconciled);
     }
-    daemon.rest();
     crate::system::runtime::give_back_memory(true);
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Ready,
@@ -289,6 +288,9 @@ async fn run_loop(
     // The reload's work before the kernel, done while the debounce runs (see `Daemon::prepare`).
     let mut prepare_at: Option<tokio::time::Instant> = None;
     let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
+    // When the daemon packs what it applied (`Daemon::rest`): once events stop coming, so
+    // that a burst of them (reloads and their echoes) never waits for packing and unpacking.
+    let mut rest_at = Some(tokio::time::Instant::now() + kept::REST_AFTER);
 
     loop {
         let address_deadline = pending_addresses;
@@ -330,6 +332,12 @@ async fn run_loop(
                 prepare_at = None;
                 watcher.refresh();
                 Event::PoliciesChanged
+            }
+            () = sleep_until(rest_at) => {
+                rest_at = None;
+                daemon.rest();
+                crate::system::runtime::release_free_memory();
+                continue;
             }
             () = sleep_until(address_deadline) => {
                 pending_addresses = None;
@@ -380,7 +388,7 @@ async fn run_loop(
         if let Some((applied, id)) = daemon.applied_state() {
             drift_watch.follow(applied, id, &daemon.metrics, before, reconciled);
         }
-        daemon.rest();
+        rest_at = Some(tokio::time::Instant::now() + kept::REST_AFTER);
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::give_back_memory(!matches!(event, Event::Drift(_)));
     }

@@ -274,7 +274,7 @@ impl Daemon {
         // A file written half-way may read as a valid set that says less than the whole.
         if self.files_settling && self.last_good.is_some() {
             return Outcome::Settling {
-                repaired: self.repair_with_last_good(event, &facts),
+                repaired: self.repair_unless_echo(event, &facts),
             };
         }
         let (set, rendered, started, read_at) = match ahead {
@@ -293,7 +293,7 @@ impl Daemon {
         };
         if self.may_be_half_written(event, &set) {
             return Outcome::Settling {
-                repaired: self.repair_with_last_good(event, &facts),
+                repaired: self.repair_unless_echo(event, &facts),
             };
         }
         self.expiries_read(&set);
@@ -709,10 +709,14 @@ impl Daemon {
         Some((good.desired.if_live()?, good.desired.id()))
     }
 
-    /// Puts the daemon to rest after an event: the rule lines of the state last applied are
+    /// Puts the daemon to rest once events stop coming: the rule lines of the state last applied are
     /// packed, and the engine's memos and view let go of them
     /// (`docs/performance.md`, "The daemon at rest packs what it applied").
     pub(super) fn rest(&mut self) {
+        if self.ahead.is_some() {
+            // A reload is being prepared: it is not the time.
+            return;
+        }
         let Some(good) = &mut self.last_good else {
             return;
         };
@@ -784,6 +788,20 @@ impl Daemon {
         };
         let engine = Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend);
         Some(engine.repair(&mut self.memory, &desired, facts.families()))
+    }
+
+    /// [`Daemon::repair_with_last_good`] while the files settle, except for the echo of our own
+    /// write (a change notification with nothing committed since it): the kernel then holds
+    /// the last good rules, and a repair would only drop the view, so that the reload the
+    /// files are about to bring would read the whole kernel.
+    fn repair_unless_echo(&mut self, event: Event, facts: &HostFacts) -> Option<Repair> {
+        let echo = event == Event::Drift(super::drift::Trigger::Notification)
+            && Engine::with_backend(&self.settings, self.runner.as_ref(), self.backend)
+                .kernel_unmoved(&self.memory);
+        if echo {
+            return None;
+        }
+        self.repair_with_last_good(event, facts)
     }
 
     /// The last good rules when this daemon has applied none yet (it started while the files

@@ -533,3 +533,27 @@ fn a_resting_daemon_packs_what_it_applied_and_asks_the_kernel_what_an_awake_one_
         assert_eq!(asked[0].1, asked[1].1, "{backend}: the same rules");
     });
 }
+
+#[test]
+fn the_echo_of_our_own_write_while_a_file_is_being_written_reads_nothing() {
+    each_backend(|backend| {
+        if backend.sign() != crate::dataplane::Sign::NfGeneration {
+            // x_tables send no notifications: no echo to tell apart.
+            return;
+        }
+        let mut harness = Harness::new(backend, false);
+        let ours = applied(&mut harness);
+        harness.daemon.files_settling = true;
+        harness.kernel.clear_commands();
+        harness.handle(Event::Drift(super::drift::Trigger::Notification));
+        assert_eq!(
+            harness.kernel.commands(),
+            Vec::new(),
+            "{backend}: nothing to repair, nothing read"
+        );
+        // Another program's change meanwhile is repaired, files written or not.
+        harness.remove_our_allow_rule();
+        harness.handle(Event::Drift(super::drift::Trigger::Notification));
+        assert_eq!(harness.ours(), ours, "{backend}");
+    });
+}

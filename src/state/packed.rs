@@ -91,8 +91,8 @@ impl PackedState {
             for _ in 0..input.len() {
                 let name = input.str().to_owned();
                 let count = input.len();
-                let rules: Vec<RuleLine> = (0..count).map(|_| input.rule()).collect();
-                table.chains.insert(name, Arc::from(rules));
+                let rules: Arc<[RuleLine]> = (0..count).map(|_| input.rule()).collect();
+                table.chains.insert(name, rules);
             }
             for _ in 0..input.len() {
                 let chain = input.str().to_owned();
