@@ -709,8 +709,8 @@ impl Daemon {
         Some((good.desired.if_live()?, good.desired.id()))
     }
 
-    /// Puts the daemon to rest once events stop coming: the rule lines of the state last applied are
-    /// packed, and the engine's memos and view let go of them
+    /// Puts the daemon to rest once events stop coming: the rule lines of the state last
+    /// applied are packed, and the engine's memos and view let go of them
     /// (`docs/performance.md`, "The daemon at rest packs what it applied").
     pub(super) fn rest(&mut self) {
         if self.ahead.is_some() {
@@ -725,7 +725,7 @@ impl Daemon {
         };
         self.memory.set_aside(applied);
         if !good.desired.rest() {
-            // Something else still holds it (work done ahead): nothing would be freed.
+            // Something else still holds it: packing would free nothing.
             if let Some(applied) = good.desired.if_live() {
                 self.memory.take_back(applied);
             }
