@@ -6,7 +6,7 @@
 //! fifth of that. The daemon packs them once [`REST_AFTER`] has passed without an event
 //! ([`Kept::rest`], with the engine's memos and view letting go of them too) and unpacks them
 //! when the next event begins ([`Kept::live`]); a state unpacked and not replaced is not
-//! packed again. Packing and unpacking take about 15 and 30 ms at 1,000 policies: a burst of
+//! packed again. Packing and unpacking take about 25 ms each at 1,000 policies: a burst of
 //! reloads and their echoes does neither.
 
 use std::sync::Arc;

@@ -90,9 +90,9 @@ impl View {
             && dataplane.sign() == Some(self.sign)
     }
 
-    /// The view without its state, for a daemon at rest: the state is kept packed elsewhere
-    /// and given back with [`ViewAside::with_state`]. `shares` says whether the view's state is
-    /// `applied` (the state the daemon packs anyway); else the view's own is packed too.
+    /// The view without its state, for a daemon at rest: when the view's state is `applied`
+    /// (which the daemon packs anyway) it is given back by [`ViewAside::with_state`]; else the
+    /// view's own state is packed with it.
     pub fn set_aside(self, applied: &Arc<State>) -> ViewAside {
         let state = if Arc::ptr_eq(&self.state, applied) {
             None
