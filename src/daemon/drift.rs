@@ -93,8 +93,9 @@ type SetSizes = Arc<Mutex<SetExpectation>>;
 /// What the set poll expects of our ipsets (see [`SetSizes`]).
 #[derive(Clone, Debug, Default)]
 struct SetExpectation {
-    /// The members each set holds (`None` before the first apply).
-    sizes: Option<BTreeMap<String, usize>>,
+    /// The members each set holds (`None` before the first apply). Shared, like `prints`:
+    /// each poll takes a copy of the expectation, which must not copy every set's name.
+    sizes: Option<Arc<BTreeMap<String, usize>>>,
     /// The writes of ours so far.
     writes: u64,
     /// The fingerprint of each set of at most [`MAX_FINGERPRINTED`] members
@@ -215,7 +216,7 @@ impl Watch {
                 })
                 .collect();
             if let Ok(mut shared) = self.set_sizes.lock() {
-                shared.sizes = Some(sizes);
+                shared.sizes = Some(Arc::new(sizes));
                 shared.prints = Arc::new(prints);
             }
             self.from = Some(id);
@@ -425,7 +426,7 @@ fn start_set_poll(expected: SetSizes, events: UnboundedSender<Event>) {
                     continue;
                 };
                 now.retain(|name, _| crate::ruleset::is_our_set(name));
-                let moved = if now == expected {
+                let moved = if now == *expected {
                     reported = None;
                     prints.moved(&expected_prints, writes)
                 } else if reported.as_ref() == Some(&now) {

@@ -765,11 +765,13 @@ pub fn temporary_set_name(name: &str) -> String {
 pub fn ipset_script(plan: &Plan) -> String {
     let mut out = String::new();
     for set in &plan.sets {
+        // A set is created with all its members (`add`), sized for them.
         let create = |name: &str| {
             format!(
-                "create {name} {} family {} maxelem {MAX_ELEMENTS}\n",
+                "create {name} {} family {} hashsize {} maxelem {MAX_ELEMENTS}\n",
                 set.kind,
-                family_option(set.family)
+                family_option(set.family),
+                ipset::hash_size(set.add.len()),
             )
         };
         match set.action {
@@ -954,7 +956,7 @@ mod tests {
         };
         assert_eq!(
             ipset_script(&plan),
-            "add npg4-a 192.0.2.0/24 -exist\ndel npg4-a 198.51.100.0/24 -exist\ncreate npg6-b hash:net family inet6 maxelem 1048576\nadd npg6-b 2001:db8::/32\n"
+            "add npg4-a 192.0.2.0/24 -exist\ndel npg4-a 198.51.100.0/24 -exist\ncreate npg6-b hash:net family inet6 hashsize 64 maxelem 1048576\nadd npg6-b 2001:db8::/32\n"
         );
         assert_eq!(ipset_destroy_script(&plan), "destroy npg4-c\n");
     }
