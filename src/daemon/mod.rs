@@ -336,7 +336,9 @@ async fn run_loop(
             () = sleep_until(rest_at) => {
                 rest_at = None;
                 daemon.rest();
-                crate::system::runtime::release_free_memory();
+                // Whatever ran since the last event (a check after a drift notification
+                // reads and parses the kernel's rules) is not what runs at rest.
+                crate::system::runtime::give_back_memory(true);
                 continue;
             }
             () = sleep_until(address_deadline) => {

@@ -380,10 +380,11 @@ pub fn release_free_memory() {
 /// next reload maps back what it runs with minor faults (no disk read unless the kernel has
 /// reclaimed them meanwhile, which it may do just the same while they are mapped).
 ///
-/// Only executable mappings of the program's own file are touched: they are never written
-/// (no text relocations in a position-independent executable), so dropping them loses nothing.
-/// Read-only data is left alone: the relocated part of it (`.data.rel.ro`) is private memory
-/// written at start that only looks read-only.
+/// Only the read-only mappings of the program's own file (its code, and its read-only data:
+/// string constants, tables, about 1 MiB more of a resting daemon) that hold no private page
+/// are touched: nothing was written to them, so dropping them loses nothing. The relocated
+/// part of the read-only data (`.data.rel.ro`) is private memory written at start that only
+/// looks read-only: its mapping holds anonymous pages and is left alone.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn release_code_pages() {
@@ -393,9 +394,9 @@ pub fn release_code_pages() {
     let here = release_code_pages as *const () as usize;
     for (start, end) in own_code_ranges(&smaps, here) {
         // SAFETY: the range is a whole mapping of the file this very function's code is
-        // mapped from, private and executable, with no private page in it (nothing was written
-        // to it: no relocation, breakpoint or uprobe): MADV_DONTNEED only drops its page table
-        // entries, and the next access maps the same file pages again.
+        // mapped from, private and not writable, with no private page in it (nothing was
+        // written to it: no relocation, breakpoint or uprobe): MADV_DONTNEED only drops its
+        // page table entries, and the next access maps the same file pages again.
         unsafe {
             nix::libc::madvise(
                 start as *mut nix::libc::c_void,
@@ -410,14 +411,15 @@ pub fn release_code_pages() {
 #[cfg(not(target_os = "linux"))]
 pub fn release_code_pages() {}
 
-/// In `/proc/self/smaps` text, the executable private mappings of the file (device and inode)
-/// whose mapping holds the address `here`, leaving out any with a private page (`Anonymous:`
-/// above 0 kB: a page written, by a debugger's breakpoint or a uprobe): `(start, end)`.
+/// In `/proc/self/smaps` text, the read-only private mappings (code and data) of the file
+/// (device and inode) whose mapping holds the address `here`, leaving out any with a private
+/// page (`Anonymous:` above 0 kB: relocated data, or a page written by a debugger's breakpoint
+/// or a uprobe): `(start, end)`.
 fn own_code_ranges(smaps: &str, here: usize) -> Vec<(usize, usize)> {
     struct Mapping<'a> {
         start: usize,
         end: usize,
-        executable: bool,
+        read_only: bool,
         file: Option<(&'a str, &'a str)>,
         anonymous_kb: u64,
     }
@@ -457,7 +459,7 @@ fn own_code_ranges(smaps: &str, here: usize) -> Vec<(usize, usize)> {
         mappings.push(Mapping {
             start,
             end,
-            executable: perms == "r-xp",
+            read_only: perms == "r-xp" || perms == "r--p",
             file: (has_path && inode != "0").then_some((device, inode)),
             anonymous_kb: u64::MAX,
         });
@@ -472,7 +474,7 @@ fn own_code_ranges(smaps: &str, here: usize) -> Vec<(usize, usize)> {
     mappings
         .iter()
         .filter(|mapping| {
-            mapping.executable
+            mapping.read_only
                 && mapping.file == Some(own)
                 && mapping.anonymous_kb == 0
                 && mapping.start < mapping.end
@@ -524,7 +526,7 @@ mod tests {
     use super::own_code_ranges;
 
     #[test]
-    fn only_the_program_s_own_unwritten_executable_mappings_are_released() {
+    fn only_the_program_s_own_unwritten_read_only_mappings_are_released() {
         let smaps = "\
 55bfc6db3000-55bfc6f84000 r--p 00000000 08:01 1234 /usr/sbin/nodeport-guard
 Rss: 1024 kB
@@ -546,8 +548,12 @@ Anonymous: 0 kB
         let here = 0x55bf_c700_0000;
         assert_eq!(
             own_code_ranges(smaps, here),
-            vec![(0x55bf_c6f8_4000, 0x55bf_c777_7000)],
-            "the same inode on another device is another file"
+            vec![
+                (0x55bf_c6db_3000, 0x55bf_c6f8_4000),
+                (0x55bf_c6f8_4000, 0x55bf_c777_7000)
+            ],
+            "the relocated data, the heap, libc, and the same inode on another device (another \
+             file) are left alone"
         );
         // A page written (a breakpoint, a uprobe): that mapping is left alone.
         let written = smaps.replacen(
@@ -555,7 +561,10 @@ Anonymous: 0 kB
             "Rss: 7420 kB\nAnonymous: 4 kB",
             1,
         );
-        assert!(own_code_ranges(&written, here).is_empty());
+        assert_eq!(
+            own_code_ranges(&written, here),
+            vec![(0x55bf_c6db_3000, 0x55bf_c6f8_4000)]
+        );
         // An address in no mapping of a file: nothing.
         assert!(own_code_ranges(smaps, 0x7ffc_0bdf_c100).is_empty());
     }
