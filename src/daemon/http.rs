@@ -1,11 +1,18 @@
-//! `/metrics` and `/healthz` over HTTP/1.1 (hyper), on a thread and event loop of their own at
-//! a lower priority (nice 10) so that no scrape can delay a reload, and within limits that no client can turn against the
-//! node:
+//! `/metrics` and `/healthz` over HTTP/1.1 (hyper), on a thread and event loop of their own, and
+//! within limits that no client can turn against the node:
 //!
+//! - What a scrape costs (reading the kernel's counters, which runs programs, and writing the
+//!   exposition) is done on a blocking thread at a lower priority ([`SCRAPE_NICE`]), so that no
+//!   scrape can delay a reload. The event loop that accepts connections and answers them keeps
+//!   the daemon's priority: on a busy node, `/healthz` must not wait behind every other
+//!   process for the few microseconds a connection costs.
 //! - The kernel's counters are read in one place, at most once per [`FRESH_FOR`], however many
 //!   scrapes arrive: the first scrape after that reads them (one `iptables-save` or `nft
 //!   list`), the scrapes that arrive meanwhile wait for its result, and the exposition made
 //!   from it is shared by every response until it is stale ([`Exposition`]).
+//! - The listening socket is made with `TCP_DEFER_ACCEPT` (by the caller): a connection
+//!   reaches the server once its request has arrived, so idle connections never do (until
+//!   [`HEAD_TIMEOUT`], after which the limits below close them).
 //! - At most [`MAX_CONNECTIONS`] connections are open at once. A connection beyond them waits
 //!   in the kernel's listen queue until one closes, except that a connection that has not sent
 //!   its request head yet gives way to it (the one open longest is closed): idle connections
@@ -39,6 +46,9 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// How long one reading of the kernel's counters answers scrapes.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
+/// The nice value of the threads that read the counters and write the exposition (and of the
+/// programs they run).
+pub const SCRAPE_NICE: i32 = 10;
 
 /// What the server needs to answer.
 struct Server<F> {
@@ -70,8 +80,10 @@ where
     F: Fn() -> Vec<RuleCounter> + Send + Sync + Clone + 'static,
 {
     listener.set_nonblocking(true)?;
+    // A current-thread runtime starts only its blocking threads: the scrapes' work.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(|| crate::system::runtime::lower_this_threads_priority(SCRAPE_NICE))
         .build()?;
     let server = Arc::new(Server {
         metrics,
@@ -82,9 +94,6 @@ where
     std::thread::Builder::new()
         .name("metrics-http".into())
         .spawn(move || {
-            // Scrapes yield the CPU to reloads (the counters' readings, on threads and in
-            // programs this thread starts, inherit it).
-            crate::system::runtime::lower_this_threads_priority(10);
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
                     Ok(listener) => serve(listener, server).await,
@@ -283,18 +292,22 @@ where
             return exposition.clone();
         }
         let counters = self.counters.clone();
-        let rules = tokio::task::spawn_blocking(counters)
-            .await
-            .unwrap_or_default();
-        let openmetrics = match self.metrics.lock() {
-            Ok(metrics) => metrics::render_openmetrics(&metrics, &rules),
-            Err(_) => String::new(),
-        };
-        let prometheus = metrics::to_prometheus_text(&openmetrics);
+        let shared = Arc::clone(&self.metrics);
+        let written = tokio::task::spawn_blocking(move || {
+            let rules = counters();
+            let openmetrics = match shared.lock() {
+                Ok(metrics) => metrics::render_openmetrics(&metrics, &rules),
+                Err(_) => String::new(),
+            };
+            let prometheus = metrics::to_prometheus_text(&openmetrics);
+            (openmetrics, prometheus)
+        })
+        .await
+        .unwrap_or_default();
         let exposition = Exposition {
             made: Instant::now(),
-            openmetrics: Bytes::from(openmetrics),
-            prometheus: Bytes::from(prometheus),
+            openmetrics: Bytes::from(written.0),
+            prometheus: Bytes::from(written.1),
         };
         *cached = Some(exposition.clone());
         exposition

@@ -203,6 +203,31 @@ async fn lock_after_any_confirm_window(
     }
 }
 
+/// Connections the kernel keeps for the metrics server until it accepts them (capped by
+/// `net.core.somaxconn`, 4,096 by default). A full queue drops new connection requests, and
+/// their clients retry a second later: a burst of connections must not push `/healthz` past
+/// a probe's timeout while the server catches up.
+const METRICS_BACKLOG: u32 = 4096;
+
+/// A listening socket on `address` with a queue of [`METRICS_BACKLOG`], that holds back a
+/// connection until its request arrives (for at most [`http::HEAD_TIMEOUT`]; after that the
+/// server's own limits close it).
+fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    let listener = socket.listen(METRICS_BACKLOG)?;
+    let head_timeout = u32::try_from(http::HEAD_TIMEOUT.as_secs()).unwrap_or(u32::MAX);
+    if let Err(error) = crate::system::runtime::defer_accept(&listener, head_timeout) {
+        tracing::debug!(%error, "connections to /metrics are accepted before their request");
+    }
+    Ok(listener)
+}
+
 /// Serves `/metrics` and `/healthz` on `metricsAddress`, when set.
 async fn serve_metrics(
     settings: &Settings,
@@ -213,9 +238,8 @@ async fn serve_metrics(
     let Some(address) = settings.config.metrics_address else {
         return Ok(());
     };
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
+    let listener =
+        listen(address).with_context(|| format!("cannot listen on `metricsAddress` {address}"))?;
     let stale_after = settings.config.resync_interval * 3 + Duration::from_secs(30);
     let counter_settings = settings.clone();
     let counter_runner = runner.clone();

@@ -506,8 +506,9 @@ pub fn limit_malloc_arenas(_arenas: i32) {}
 pub fn release_free_memory() {}
 
 /// Lowers the scheduling priority of the calling thread to `nice` (Linux keeps a nice value
-/// per thread; threads and processes it starts inherit it). The metrics endpoint runs so, so
-/// that on a busy node a storm of scrapes takes CPU from the reloads last. Best effort.
+/// per thread; threads and processes it starts inherit it). The metrics endpoint reads
+/// the counters so, so that on a busy node a storm of scrapes takes CPU from the reloads last.
+/// Best effort.
 #[allow(unsafe_code)]
 pub fn lower_this_threads_priority(nice: i32) {
     let thread = nix::unistd::gettid().as_raw();
@@ -518,6 +519,34 @@ pub fn lower_this_threads_priority(nice: i32) {
     // passed.
     unsafe {
         nix::libc::setpriority(nix::libc::PRIO_PROCESS, thread, nice);
+    }
+}
+
+/// Asks the kernel to hand a connection accepted by `listener` to the program only once its
+/// first bytes have arrived, or after about `seconds` (`TCP_DEFER_ACCEPT`; nginx's `deferred`).
+/// Until then a connection that sends nothing holds no descriptor of ours and no place in the
+/// queue of connections waiting to be accepted, so a flood of idle connections cannot delay a
+/// request. Best effort: an error leaves the socket as it was.
+#[allow(unsafe_code)]
+pub fn defer_accept(listener: &impl std::os::fd::AsRawFd, seconds: u32) -> std::io::Result<()> {
+    let seconds = nix::libc::c_int::try_from(seconds).unwrap_or(nix::libc::c_int::MAX);
+    let length = nix::libc::socklen_t::try_from(std::mem::size_of::<nix::libc::c_int>())
+        .unwrap_or(nix::libc::socklen_t::MAX);
+    // SAFETY: the value passed is a live `c_int` whose size is given; the descriptor is
+    // borrowed for the call.
+    let result = unsafe {
+        nix::libc::setsockopt(
+            listener.as_raw_fd(),
+            nix::libc::IPPROTO_TCP,
+            nix::libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&seconds).cast(),
+            length,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
