@@ -4,7 +4,8 @@
 //! and the drift watch's interest need them only when an event comes. At 1,000 policies they
 //! are 34,000 lines in as many allocations (about 9 MiB); packed ([`PackedState`]) they take a
 //! fifth of that. The daemon packs them once [`REST_AFTER`] has passed without an event
-//! ([`Kept::rest`], with the engine's memos and view letting go of them too) and unpacks them
+//! ([`Kept::rest`], with the engine's view letting go of them too, and its compile and render
+//! memos forgotten: `Memory::set_aside`) and unpacks them
 //! when the next event begins ([`Kept::live`]); a state unpacked and not replaced is not
 //! packed again. Packing and unpacking take about 25 ms each at 1,000 policies: a burst of
 //! reloads and their echoes does neither.

@@ -710,8 +710,9 @@ impl Daemon {
     }
 
     /// Puts the daemon to rest once events stop coming: the rule lines of the state last
-    /// applied are packed, and the engine's memos and view let go of them
-    /// (`docs/performance.md`, "The daemon at rest packs what it applied").
+    /// applied are packed, the engine's view lets go of them, and its compile and render memos
+    /// are forgotten (`docs/performance.md`, "The daemon at rest packs what it applied" and
+    /// "The daemon at rest forgets how it built its rules").
     pub(super) fn rest(&mut self) {
         if self.ahead.is_some() {
             // A reload is being prepared: it is not the time.
