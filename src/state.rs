@@ -499,7 +499,7 @@ pub fn desired_with(ruleset: &Ruleset, spelling: &Spelling, memo: &mut RenderMem
     let last = memo
         .last
         .take()
-        .filter(|last| last.spelling == spelling.name);
+        .filter(|last| last.spelling == spelling.name && !last.aside);
     let rendered = render(ruleset, spelling, Some(last.as_ref()));
     let state = Arc::clone(&rendered.state);
     memo.last = Some(rendered);
@@ -521,12 +521,39 @@ impl RenderMemo {
             .as_ref()
             .map_or((0, 0), |last| (last.chains_copied, last.chains_rendered))
     }
+
+    /// Lets go of the last render's state while it is `applied`, which a daemon at rest keeps
+    /// packed ([`PackedState`]); [`RenderMemo::take_back`] puts it back. A memo of any other
+    /// state is forgotten: the next render then renders every chain.
+    pub fn set_aside(&mut self, applied: &Arc<State>) {
+        match &mut self.last {
+            Some(last) if last.aside => {}
+            Some(last) if Arc::ptr_eq(&last.state, applied) => {
+                last.state = Arc::default();
+                last.aside = true;
+            }
+            _ => self.last = None,
+        }
+    }
+
+    /// Gives back the state [`RenderMemo::set_aside`] let go of: `applied`, unpacked.
+    pub fn take_back(&mut self, applied: &Arc<State>) {
+        if let Some(last) = &mut self.last
+            && last.aside
+        {
+            last.state = Arc::clone(applied);
+            last.aside = false;
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Rendered {
     spelling: &'static str,
+    /// Empty while set aside ([`RenderMemo::set_aside`]).
     state: Arc<State>,
+    /// Whether `state` is set aside: the memo is then not used until it is taken back.
+    aside: bool,
     /// Per table, per chain: the rules it was rendered from.
     chains: BTreeMap<TableKey, RulesOf>,
     /// Per set: the members it was rendered from.
@@ -608,6 +635,7 @@ fn render(ruleset: &Ruleset, spelling: &Spelling, memo: Option<Option<&Rendered>
     Rendered {
         spelling: spelling.name,
         state: Arc::new(state),
+        aside: false,
         chains,
         sets,
         chains_copied,

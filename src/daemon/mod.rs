@@ -313,8 +313,9 @@ async fn run_loop(
     let mut prepare_at: Option<tokio::time::Instant> = None;
     let mut drift_checks = drift::Limiter::new(tokio::time::Instant::now());
     // When the daemon packs what it applied (`Daemon::rest`): once events stop coming, so
-    // that a burst of them (reloads and their echoes) never waits for packing and unpacking.
-    let mut rest_at = Some(tokio::time::Instant::now() + kept::REST_AFTER);
+    // that a burst of them (reloads and their echoes) never waits for packing and unpacking;
+    // and when it forgets how it built its rules (`Daemon::forget`), after a longer quiet.
+    let mut quiet = kept::Quiet::after_event(tokio::time::Instant::now());
 
     loop {
         let address_deadline = pending_addresses;
@@ -357,9 +358,8 @@ async fn run_loop(
                 watcher.refresh();
                 Event::PoliciesChanged
             }
-            () = sleep_until(rest_at) => {
-                rest_at = None;
-                daemon.rest();
+            () = sleep_until(quiet.due()) => {
+                daemon.quiet(quiet.fire());
                 // Whatever ran since the last event (a check after a drift notification
                 // reads and parses the kernel's rules) is not what runs at rest.
                 crate::system::runtime::give_back_memory(true);
@@ -414,7 +414,7 @@ async fn run_loop(
         if let Some((applied, id)) = daemon.applied_state() {
             drift_watch.follow(applied, id, &daemon.metrics, before, reconciled);
         }
-        rest_at = Some(tokio::time::Instant::now() + kept::REST_AFTER);
+        quiet = kept::Quiet::after_event(tokio::time::Instant::now());
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&daemon.summary)]);
         crate::system::runtime::give_back_memory(!matches!(event, Event::Drift(_)));
     }

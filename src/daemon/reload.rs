@@ -710,9 +710,8 @@ impl Daemon {
     }
 
     /// Puts the daemon to rest once events stop coming: the rule lines of the state last
-    /// applied are packed, the engine's view lets go of them, and its compile and render memos
-    /// are forgotten (`docs/performance.md`, "The daemon at rest packs what it applied" and
-    /// "The daemon at rest forgets how it built its rules").
+    /// applied are packed, and the engine's memos and view let go of them
+    /// (`docs/performance.md`, "The daemon at rest packs what it applied").
     pub(super) fn rest(&mut self) {
         if self.ahead.is_some() {
             // A reload is being prepared: it is not the time.
@@ -730,6 +729,23 @@ impl Daemon {
             if let Some(applied) = good.desired.if_live() {
                 self.memory.take_back(applied);
             }
+        }
+    }
+
+    /// Takes a step of a quiet daemon ([`super::kept::Quiet`]).
+    pub(super) fn quiet(&mut self, stage: Option<super::kept::Stage>) {
+        match stage {
+            Some(super::kept::Stage::Rest) => self.rest(),
+            Some(super::kept::Stage::Forget) => self.forget(),
+            None => {}
+        }
+    }
+
+    /// After a longer quiet than [`Daemon::rest`]'s: forgets the engine's compile and render
+    /// memos (`docs/performance.md`, "The daemon at rest forgets how it built its rules").
+    pub(super) fn forget(&mut self) {
+        if self.ahead.is_none() {
+            self.memory.forget_memos();
         }
     }
 

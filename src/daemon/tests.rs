@@ -53,8 +53,17 @@ impl Harness {
         self.daemon = Daemon::new(settings, backend, runner, state_dir, metrics);
     }
 
-    /// Handles `event` as the main loop does: then the daemon rests (packs what it applied).
+    /// Handles `event` as the main loop does when the next event comes after a long quiet: the
+    /// daemon rests (packs what it applied) and then forgets its compile and render memos.
     fn handle(&mut self, event: Event) -> bool {
+        let looked = self.handle_and_rest(event);
+        self.daemon.forget();
+        looked
+    }
+
+    /// Handles `event` as the main loop does when the next event comes within
+    /// [`super::kept::FORGET_AFTER`]: the daemon rests, and keeps its memos.
+    fn handle_and_rest(&mut self, event: Event) -> bool {
         let looked = self.daemon.handle(event);
         self.daemon.rest();
         looked
@@ -482,26 +491,37 @@ fn sighup_repairs_drift_while_the_files_are_invalid_or_gone() {
 #[test]
 fn a_resting_daemon_packs_what_it_applied_and_asks_the_kernel_what_an_awake_one_asks() {
     each_backend(|backend| {
+        #[derive(Clone, Copy)]
+        enum Between {
+            Nothing,
+            Rest,
+            RestAndForget,
+        }
+        let mut forgetting = Harness::new(backend, false);
         let mut resting = Harness::new(backend, false);
         let mut awake = Harness::new(backend, false);
-        let ours = applied(&mut resting);
+        let ours = applied(&mut forgetting);
         assert!(
-            resting.daemon.is_resting(),
+            forgetting.daemon.is_resting(),
             "{backend}: packed after the event"
         );
-        awake.write("whitelist.yaml", WHITELIST);
-        awake.daemon.handle(Event::PoliciesChanged);
-        assert_eq!(awake.ours(), ours, "{backend}");
+        for harness in [&mut resting, &mut awake] {
+            harness.write("whitelist.yaml", WHITELIST);
+            harness.daemon.handle(Event::PoliciesChanged);
+            assert_eq!(harness.ours(), ours, "{backend}");
+        }
         let edited = WHITELIST.replace("198.51.100.10/32", "198.51.100.11/32");
         let mut asked = Vec::new();
-        for (harness, rests) in [(&mut resting, true), (&mut awake, false)] {
+        for (harness, between) in [
+            (&mut forgetting, Between::RestAndForget),
+            (&mut resting, Between::Rest),
+            (&mut awake, Between::Nothing),
+        ] {
             harness.kernel.clear_commands();
-            let events = |harness: &mut Harness, event| {
-                if rests {
-                    harness.handle(event)
-                } else {
-                    harness.daemon.handle(event)
-                }
+            let events = |harness: &mut Harness, event| match between {
+                Between::RestAndForget => harness.handle(event),
+                Between::Rest => harness.handle_and_rest(event),
+                Between::Nothing => harness.daemon.handle(event),
             };
             // A check with nothing to do, a repair, an edit, and a check after the edit.
             events(harness, Event::Resync);
@@ -521,16 +541,20 @@ fn a_resting_daemon_packs_what_it_applied_and_asks_the_kernel_what_an_awake_one_
             commands.sort();
             asked.push((commands, harness.ours()));
         }
+        assert!(forgetting.daemon.is_resting(), "{backend}");
         assert!(resting.daemon.is_resting(), "{backend}");
         assert!(!asked[0].1.is_empty());
         assert_ne!(asked[0].1, ours, "{backend}: the edit was applied");
-        assert!(
-            asked[0].0 == asked[1].0,
-            "{backend}: resting, then awake:\n{}\n\n{}",
-            asked[0].0.join("\n"),
-            asked[1].0.join("\n")
-        );
-        assert_eq!(asked[0].1, asked[1].1, "{backend}: the same rules");
+        for other in [1, 2] {
+            assert!(
+                asked[0].0 == asked[other].0,
+                "{backend}: resting and forgetting, then {}:\n{}\n\n{}",
+                if other == 1 { "resting" } else { "awake" },
+                asked[0].0.join("\n"),
+                asked[other].0.join("\n")
+            );
+            assert_eq!(asked[0].1, asked[other].1, "{backend}: the same rules");
+        }
     });
 }
 

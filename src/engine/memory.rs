@@ -38,34 +38,38 @@ impl Memory {
         self.view_aside = None;
     }
 
-    /// Lets go of what a caller at rest needs only to build the next state quickly, keeping
-    /// what it needs to reconcile: the compile and render memos are forgotten (the policy
-    /// chains compiled and the rules and members each chain and set was rendered from), and
-    /// the view of the kernel lets go of the rule lines of `applied`, the state last applied,
-    /// which the caller keeps packed ([`crate::state::PackedState`]); a view of another state
-    /// keeps its own, packed too. The validated files are kept: reading a thousand of them
-    /// again costs more than compiling them.
-    ///
-    /// [`Memory::take_back`] with `applied` unpacked gives the view back. The next compile and
-    /// render then do every chain (about 40 ms at 1,000 policies), which the daemon does while
-    /// a reload's debounce runs; at rest the memos were most of the daemon's heap, and what
-    /// their many small allocations kept from being given back (`docs/performance.md`).
+    /// Lets go of the rule lines of `applied`, the state last applied, wherever the memos and
+    /// the view hold them, for a caller at rest that keeps `applied` packed
+    /// ([`crate::state::PackedState`]). A view of another state keeps its own, packed too.
+    /// [`Memory::take_back`] with `applied` unpacked undoes it; until then the memory works as
+    /// an empty one would (a whole reading of the kernel, a render of every chain).
     pub fn set_aside(&mut self, applied: &Arc<State>) {
         if let Some(view) = self.view.take() {
             self.view_aside = Some(view.set_aside(applied));
         }
-        self.compile = compile::Memo::default();
-        self.render = crate::state::RenderMemo::default();
+        self.render.set_aside(applied);
     }
 
-    /// Undoes [`Memory::set_aside`] for the view, `applied` being the state it was given,
-    /// unpacked.
+    /// Undoes [`Memory::set_aside`], `applied` being the state it was given, unpacked.
     pub fn take_back(&mut self, applied: &Arc<State>) {
         if let Some(aside) = self.view_aside.take()
             && self.view.is_none()
         {
             self.view = Some(aside.with_state(applied));
         }
+        self.render.take_back(applied);
+    }
+
+    /// Forgets the compile and render memos (the policy chains compiled, and the rules and
+    /// members each chain and set was rendered from), for a caller that has long been at
+    /// rest: they serve only to build the next state faster, and they were most of a resting
+    /// daemon's heap, in many small allocations that also kept the pages around them from
+    /// being given back (`docs/performance.md`). The view and the validated files are kept
+    /// (reading and checking a thousand files again costs more than compiling them). The next
+    /// compile and render do every chain: about 40-60 ms at 1,000 policies.
+    pub fn forget_memos(&mut self) {
+        self.compile = compile::Memo::default();
+        self.render = crate::state::RenderMemo::default();
     }
 
     /// How many policy chains the last compile reused and compiled, and how many chains the
