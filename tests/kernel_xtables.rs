@@ -218,3 +218,45 @@ fn an_ipset_fingerprint_sees_a_member_swapped_and_not_the_order() {
     ipset("add npg6-big 2001:db8:1::1");
     assert_ne!(read("npg6-big"), big, "a member swapped in a big set");
 }
+
+/// The tables `exposure`, `--backend auto` and the iptables backends look for are read from
+/// the kernel's dump of the table headers: the same tables, in every family, as `nft list
+/// tables` prints, iptables-nft's among them.
+#[test]
+fn the_nf_tables_tables_are_those_nft_lists() {
+    use nodeport_guard::dataplane::nft_tables::tables;
+    support::require_kernel!();
+    let netns = Netns::new();
+    let script = "add table ip t4\nadd table ip6 t6\nadd table inet both\nadd table arp a\n\
+                  add table bridge br\nadd table netdev nd\n";
+    netns
+        .exec_with_stdin("nft", &["-f", "-"], script.as_bytes())
+        .expect_success();
+    netns.exec_ok("iptables-nft", &["-t", "mangle", "-N", "npg-probe"]);
+    netns.exec_ok("ip6tables-nft", &["-t", "raw", "-N", "npg-probe"]);
+    let mut read: Vec<String> = netns
+        .run(tables)
+        .expect("the dump")
+        .into_iter()
+        .map(|(family, name)| format!("table {family} {name}"))
+        .collect();
+    let mut listed: Vec<String> = netns
+        .exec_ok("nft", &["list", "tables"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    read.sort();
+    listed.sort();
+    assert_eq!(read, listed);
+    for table in [
+        "table ip mangle",
+        "table ip6 raw",
+        "table netdev nd",
+        "table inet both",
+    ] {
+        assert!(read.iter().any(|line| line == table), "{table} in {read:?}");
+    }
+    // An empty namespace has none.
+    let empty = Netns::new();
+    assert_eq!(empty.run(tables).expect("the dump"), []);
+}

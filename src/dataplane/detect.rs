@@ -10,7 +10,7 @@
 //! 4. else where more rules are;
 //! 5. on a tie, what the system's `iptables` command is.
 
-use super::{Backend, Runner};
+use super::{Backend, Host};
 use crate::model::IpFamily;
 
 /// The backends detection chooses between.
@@ -141,7 +141,7 @@ pub fn decide(
 }
 
 /// Detects the backend the host uses.
-pub fn detect(runner: &dyn Runner) -> (&'static dyn Backend, String) {
+pub fn detect(runner: &dyn Host) -> (&'static dyn Backend, String) {
     let gather = |iptables: &super::iptables::Iptables| {
         let mut total = Evidence::default();
         for family in IpFamily::BOTH {
@@ -164,7 +164,7 @@ pub fn detect(runner: &dyn Runner) -> (&'static dyn Backend, String) {
         Ok(output) if output.stdout.contains("legacy") => LEGACY,
         _ => NFT,
     };
-    let native = match runner.run("nft", &["list", "tables"], None) {
+    let native = match super::nft_tables::listing(runner, runner) {
         Ok(output) if output.success => native_evidence(&output.stdout),
         _ => NativeEvidence::default(),
     };

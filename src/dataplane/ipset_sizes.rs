@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use super::netlink_bytes::{HEADER, NFGENMSG, u16_at, u32_at};
+use super::netlink_bytes::{attributes, dump_request, each_dumped, read_dump};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
 /// `NFNL_SUBSYS_IPSET`.
@@ -29,11 +29,6 @@ const ATTR_ELEMENTS: u16 = 24;
 const FLAG_LIST_HEADER: u32 = 1 << 2;
 /// `NLA_F_NET_BYTEORDER`.
 const NLA_F_NET_BYTEORDER: u16 = 1 << 14;
-/// `NLMSG_ERROR` and `NLMSG_DONE`.
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-/// `NLM_F_REQUEST | NLM_F_DUMP`.
-const DUMP_REQUEST: u16 = 0x1 | 0x300;
 /// `AF_INET`: the ipset subsystem ignores the family of a list request but wants one.
 const AF_INET: u8 = 2;
 
@@ -45,27 +40,10 @@ pub fn set_sizes() -> io::Result<BTreeMap<String, usize>> {
     socket.send(&request(1), 0)?;
     let mut sizes = BTreeMap::new();
     let mut buffer = Vec::with_capacity(64 * 1024);
-    read_dump(&socket, &mut buffer, |part| parse_part(part, &mut sizes))?;
+    read_dump(&socket, &mut buffer, "IPSET_CMD_LIST", |part| {
+        parse_part(part, &mut sizes)
+    })?;
     Ok(sizes)
-}
-
-/// Receives the datagrams of a dump into `buffer`, each given to `part` until it says the dump
-/// is done.
-fn read_dump(
-    socket: &Socket,
-    buffer: &mut Vec<u8>,
-    mut part: impl FnMut(&[u8]) -> io::Result<bool>,
-) -> io::Result<()> {
-    loop {
-        buffer.clear();
-        socket.recv(buffer, 0)?;
-        if buffer.is_empty() {
-            return Err(invalid("the kernel closed the dump"));
-        }
-        if part(buffer)? {
-            return Ok(());
-        }
-    }
 }
 
 /// `IPSET_ATTR_ADT`: the nested list of a set's members in a full listing.
@@ -101,7 +79,7 @@ pub fn set_fingerprints(names: &[&str]) -> Vec<io::Result<u64>> {
     let mut one = |seq: u32, name: &str| -> io::Result<u64> {
         socket.send(&members_request(seq, name), 0)?;
         let mut members = Members::default();
-        read_dump(&socket, &mut buffer, |part| {
+        read_dump(&socket, &mut buffer, "IPSET_CMD_LIST", |part| {
             parse_members(part, &mut members)
         })?;
         Ok(members.fingerprint())
@@ -287,68 +265,27 @@ fn request(seq: u32) -> Vec<u8> {
 
 /// An `IPSET_CMD_LIST` dump request carrying `attributes`.
 fn frame(seq: u32, attributes: &[u8]) -> Vec<u8> {
-    let length = HEADER + NFGENMSG + attributes.len();
-    let mut bytes = Vec::with_capacity(length);
-    bytes.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_ne_bytes());
-    bytes.extend_from_slice(&(NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST).to_ne_bytes());
-    bytes.extend_from_slice(&DUMP_REQUEST.to_ne_bytes());
-    bytes.extend_from_slice(&seq.to_ne_bytes());
-    bytes.extend_from_slice(&0u32.to_ne_bytes());
-    bytes.extend_from_slice(&[AF_INET, 0, 0, 0]);
-    bytes.extend_from_slice(attributes);
-    bytes
-}
-
-fn invalid(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("IPSET_CMD_LIST: {what}"),
+    dump_request(
+        NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST,
+        AF_INET,
+        seq,
+        attributes,
     )
 }
 
-/// The attributes of `bytes` (type without flags, value), in order.
-fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        let length = usize::from(u16_at(bytes, at)?);
-        let kind = u16_at(bytes, at + 2)? & 0x3fff;
-        let value = bytes.get(at + 4..at + length.max(4))?;
-        at += (length.max(4) + 3) & !3;
-        Some((kind, value))
-    })
+fn invalid(what: &str) -> io::Error {
+    super::netlink_bytes::invalid("IPSET_CMD_LIST", what)
 }
 
 /// Calls `each` with the body of every `IPSET_CMD_LIST` message of one datagram of a dump;
 /// says whether the dump is done.
 fn each_message(bytes: &[u8], mut each: impl FnMut(&[u8])) -> io::Result<bool> {
-    let mut at = 0;
-    while let (Some(length), Some(kind)) = (u32_at(bytes, at), u16_at(bytes, at + 4)) {
-        let length = length as usize;
-        let message = bytes
-            .get(at..at + length)
-            .filter(|_| length >= HEADER)
-            .ok_or_else(|| invalid("short message"))?;
-        match kind {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => {
-                let code = message
-                    .get(HEADER..HEADER + 4)
-                    .and_then(|code| code.try_into().ok())
-                    .map(i32::from_ne_bytes)
-                    .ok_or_else(|| invalid("short error"))?;
-                return match code {
-                    0 => Ok(true),
-                    code => Err(io::Error::from_raw_os_error(-code)),
-                };
-            }
-            _ if kind == NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST => {
-                each(message.get(HEADER + NFGENMSG..).unwrap_or_default());
-            }
-            _ => {}
-        }
-        at += (length + 3) & !3;
-    }
-    Ok(false)
+    each_dumped(
+        bytes,
+        NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_LIST,
+        "IPSET_CMD_LIST",
+        |_, body| each(body),
+    )
 }
 
 /// Adds the sets of one datagram of the dump to `sizes`; says whether the dump is done.
@@ -380,6 +317,7 @@ fn parse_part(bytes: &[u8], sizes: &mut BTreeMap<String, usize>) -> io::Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::netlink_bytes::{HEADER, NFGENMSG, NLMSG_DONE, NLMSG_ERROR, u16_at};
 
     /// One set's header as the kernel sends it (Linux 6.18, read with strace from `ipset list
     /// -t`): protocol, name, type, family, revision, index, then the nested data with the hash

@@ -35,6 +35,13 @@ pub trait Kernel: Send + Sync {
         None
     }
 
+    /// The nf_tables tables of the network namespace, as (family, name) in nft's words (see
+    /// [`super::nft_tables`]): what `nft list tables` prints, without the whole ruleset nft
+    /// reads first.
+    fn nft_tables(&self) -> Option<Vec<(String, String)>> {
+        None
+    }
+
     /// Which kernel and network namespace the programs reach (see [`super::namespace`]), so
     /// that what was read of one is never taken for another's.
     fn namespace_identity(&self) -> Option<String> {
@@ -61,6 +68,10 @@ impl<K: Kernel + ?Sized> Kernel for &K {
 
     fn has_xtables(&self) -> Option<bool> {
         (**self).has_xtables()
+    }
+
+    fn nft_tables(&self) -> Option<Vec<(String, String)>> {
+        (**self).nft_tables()
     }
 
     fn namespace_identity(&self) -> Option<String> {

@@ -21,6 +21,7 @@ pub mod nat;
 mod netlink_bytes;
 pub mod nfgen;
 pub mod nfnotify;
+pub mod nft_tables;
 pub mod nftables;
 pub mod runner;
 pub mod xtables;
@@ -314,7 +315,7 @@ impl BackendChoice {
     }
 
     /// The backend to use: the one chosen, or the one the host uses when `auto`.
-    pub fn resolve(self, runner: &dyn Runner) -> &'static dyn Backend {
+    pub fn resolve(self, runner: &dyn Host) -> &'static dyn Backend {
         match self {
             BackendChoice::Named(backend) => backend,
             BackendChoice::Auto => {

@@ -22,7 +22,7 @@ pub struct NatListings {
 }
 
 /// Reads every nat table of this network namespace through `runner`.
-pub fn read(runner: &dyn Runner) -> NatListings {
+pub fn read(runner: &dyn super::Host) -> NatListings {
     let mut listings = NatListings::default();
     for family in IpFamily::BOTH {
         let names = std::fs::read_to_string(super::xtables::names_file(family)).unwrap_or_default();
@@ -38,7 +38,7 @@ pub fn read(runner: &dyn Runner) -> NatListings {
         // The table names first, then only the tables of other programs: listing the whole
         // ruleset would list ours and iptables-nft's too (tens of MB of JSON with 1,000
         // policies, hundreds of MB once parsed), none of which this reads.
-        match runner.run("nft", &["list", "tables"], None) {
+        match super::nft_tables::listing(runner, runner) {
             Ok(output) if output.success => {
                 let tables = table_names(&output.stdout);
                 let foreign = foreign_tables(&tables);
@@ -230,6 +230,9 @@ mod tests {
             true
         }
     }
+
+    /// It reads nothing of the kernel: the table names come from `nft list tables`.
+    impl crate::dataplane::Kernel for ManyTables {}
 
     fn nft_listings(tables: usize) -> Vec<String> {
         let runner = ManyTables {

@@ -228,6 +228,12 @@ impl Kernel for SystemRunner {
             .ok()
     }
 
+    fn nft_tables(&self) -> Option<Vec<(String, String)>> {
+        super::nft_tables::tables()
+            .inspect_err(|error| tracing::debug!(%error, "cannot list the nf_tables tables"))
+            .ok()
+    }
+
     fn namespace_identity(&self) -> Option<String> {
         super::namespace::identity()
             .inspect_err(|error| {
@@ -271,6 +277,14 @@ impl Kernel for Locked {
 
     fn xtables_digest(&self) -> Option<u128> {
         SystemRunner.xtables_digest()
+    }
+
+    fn has_xtables(&self) -> Option<bool> {
+        SystemRunner.has_xtables()
+    }
+
+    fn nft_tables(&self) -> Option<Vec<(String, String)>> {
+        SystemRunner.nft_tables()
     }
 
     fn namespace_identity(&self) -> Option<String> {

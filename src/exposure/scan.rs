@@ -4,12 +4,12 @@
 use std::io;
 
 use super::{Dnat, Inventory, Listening, Transport, nft, xtables};
-use crate::dataplane::{Runner, nat};
+use crate::dataplane::{Host, nat};
 use crate::system::sockets;
 
 /// The DNAT rules nat `PREROUTING` reaches, in iptables and in other programs' nftables
 /// tables, and notes on what could not be read.
-pub fn published(runner: &dyn Runner) -> (Vec<Dnat>, Vec<String>) {
+pub fn published(runner: &dyn Host) -> (Vec<Dnat>, Vec<String>) {
     let listings = nat::read(runner);
     let mut dnat = Vec::new();
     let mut notes = listings.notes;
@@ -33,7 +33,7 @@ pub fn published(runner: &dyn Runner) -> (Vec<Dnat>, Vec<String>) {
 /// What the kernel shows of ports reachable from outside. An error when the sockets cannot
 /// be read (an audit without them would hide what matters most); a nat table that cannot be
 /// read is a note.
-pub fn inventory(runner: &dyn Runner) -> io::Result<Inventory> {
+pub fn inventory(runner: &dyn Host) -> io::Result<Inventory> {
     let (dnat, notes) = published(runner);
     let ipv6_off = !crate::system::host::kernel_takes_ipv6();
     let mut inventory = Inventory {

@@ -442,6 +442,10 @@ impl super::Kernel for FakeKernel {
         Some(super::xtables::fingerprinter().of(&saves))
     }
 
+    fn nft_tables(&self) -> Option<Vec<(String, String)>> {
+        Some(nft::tables(&self.lock().kernel))
+    }
+
     fn namespace_identity(&self) -> Option<String> {
         Some(format!("fake/{}", self.namespace))
     }

@@ -653,19 +653,12 @@ mod base_chains {
             }
             // An empty chain name stands for the table itself.
             let table_key = (table.key.family, table.key.table, String::new());
-            let table_exists = dataplane
-                .runner
-                .run(
-                    "nft",
-                    &[
-                        "list",
-                        "table",
-                        nft_family(table.key.family),
-                        table.key.table.as_str(),
-                    ],
-                    None,
-                )
-                .is_ok_and(|output| output.success);
+            let table_exists = crate::dataplane::nft_tables::exists(
+                dataplane.runner,
+                dataplane.kernel,
+                nft_family(table.key.family),
+                table.key.table.as_str(),
+            );
             if !table_exists {
                 created.insert(table_key);
             }

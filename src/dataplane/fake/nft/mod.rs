@@ -13,6 +13,12 @@ use crate::dataplane::Output;
 pub(in crate::dataplane::fake) use list::list_own_tables;
 use list::*;
 
+/// Every table of the kernel, as (family, name), in `nft list tables`'s order: what the
+/// kernel's netlink dump of the tables gives.
+pub(super) fn tables(kernel: &Kernel) -> Vec<(String, String)> {
+    table_names(kernel)
+}
+
 /// A set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Set {
