@@ -220,13 +220,48 @@ pub fn rule_parts(rule: &Rule) -> (String, Option<String>, String) {
     }
     let words = rule.comment.as_deref().map(sanitize_comment);
     let mut tail = String::new();
-    for matched in &rule.matches {
-        if header_position(matched).is_none() {
-            render_match(&mut tail, matched);
+    let syn_port = syn_port(rule);
+    for (at, matched) in rule.matches.iter().enumerate() {
+        match (matched, syn_port) {
+            (Match::TcpSyn, Some((_, port))) => {
+                let _ = write!(tail, " -m tcp --dport {port} --tcp-flags SYN,ACK SYN");
+            }
+            (_, Some((folded, _))) if at == folded => {}
+            _ if header_position(matched).is_none() => render_match(&mut tail, matched),
+            _ => {}
         }
     }
     render_action(&mut tail, &rule.action);
     (head, words, tail)
+}
+
+/// The destination port (one port or one range, not negated) of a rule that matches a TCP
+/// SYN, with where its `Ports` match is: written as `--dport` of the SYN's own `-m tcp` match,
+/// as `iptables-save` prints the two together, rather than as a `multiport` match. In the
+/// early drop's decision rule, which every SYN to a guarded port meets before connection
+/// tracking, that is one match fewer, and on iptables-nft a native `tcp dport` instead of an
+/// xt compatibility match. Not for `0:65535`, which `iptables-save` leaves out of the line.
+fn syn_port(rule: &Rule) -> Option<(usize, crate::ruleset::PortRange)> {
+    if !rule.matches.contains(&Match::TcpSyn) {
+        return None;
+    }
+    let mut ports = rule
+        .matches
+        .iter()
+        .enumerate()
+        .filter_map(|(at, matched)| match matched {
+            Match::Ports {
+                side: Side::Destination,
+                ports,
+                negated: false,
+            } => Some((at, ports)),
+            _ => None,
+        });
+    let (at, ports) = ports.next()?;
+    match ports.as_slice() {
+        [port] if port.first != 0 || port.last != u16::MAX => Some((at, *port)),
+        _ => None,
+    }
 }
 
 /// Renders a rule of one of our chains, with one comment: `npg:<hash>`, then the rule's words.
