@@ -33,7 +33,7 @@
 pub mod binding;
 mod dispatch;
 mod early_drop;
-pub(crate) use early_drop::guarded;
+pub(crate) use early_drop::{Guarded, guarded};
 mod endpoints;
 mod memo;
 pub mod names;

@@ -5,8 +5,8 @@
 
 use super::report::{Stage, Step};
 use super::{ChainEnd, End, Tracer, chain_step};
+use crate::compile::binding::Path;
 use crate::compile::names;
-use crate::compile::{self, binding::Path};
 
 /// Where the early drop decides, as a verdict says it. The reason stays as mangle's would be
 /// ("dropped by rule 1 of policy …"): `plan`'s cut-off list and `revoke` name a rule the same
@@ -15,13 +15,13 @@ pub(super) const AT: &str = "raw PREROUTING before connection tracking";
 
 impl Tracer<'_> {
     /// The early drop's stage, if this packet meets it: a TCP SYN to a port pre-DNAT policy
-    /// can deny (`compile::guarded`), with `earlyDrop` on, that doNotTrack policy did not
+    /// can deny (`compile::guarded`, answered once per evaluator), with `earlyDrop` on, that doNotTrack policy did not
     /// accept.
     pub(super) fn early_drop_stage(&mut self) -> Option<Stage> {
         let applies = self.config.early_drop
             && self.enforced(Path::PreDnatIn)
             && self.packet.is_tcp_syn()
-            && compile::guarded(self.config, self.bindings).contains(self.packet.dport)
+            && self.guarded.contains(self.packet.dport)
             && !(self.enforced(Path::UntrackedIn) && self.bits & self.marks.accept != 0);
         if !applies {
             return None;

@@ -50,6 +50,10 @@ pub struct Evaluator<'m> {
     bindings: Vec<Binding<'m>>,
     own_addresses: Vec<IpAddr>,
     selections: Selections<'m>,
+    /// The SYNs the early drop judges: a question over every pre-DNAT policy, answered once
+    /// (the exposure audit traces many packets; at 10,000 policies answering it per packet
+    /// was most of the audit's time).
+    guarded: crate::compile::Guarded,
 }
 
 impl<'m> Evaluator<'m> {
@@ -57,12 +61,14 @@ impl<'m> Evaluator<'m> {
     pub fn new(model: &'m Model, config: &'m Config, host: &'m HostFacts) -> Evaluator<'m> {
         let mut warnings = Vec::new();
         let endpoints = binding::endpoints_of_host(model, config, host);
+        let bindings = binding::bind(model, endpoints, host, &mut warnings);
         Evaluator {
             model,
             config,
             host,
             marks: crate::compile::marks_of(config),
-            bindings: binding::bind(model, endpoints, host, &mut warnings),
+            guarded: crate::compile::guarded(config, &bindings),
+            bindings,
             own_addresses: host.own_addresses(&config.host_interface_exclude),
             selections: Selections::of(model),
         }
@@ -100,6 +106,7 @@ impl<'m> Evaluator<'m> {
             bindings: &self.bindings,
             own_addresses: &self.own_addresses,
             selections: &self.selections,
+            guarded: &self.guarded,
             account,
             bits: 0,
             logs: Vec::new(),
@@ -271,6 +278,8 @@ struct Tracer<'a> {
     bindings: &'a [Binding<'a>],
     own_addresses: &'a [IpAddr],
     selections: &'a Selections<'a>,
+    /// The SYNs the early drop judges ([`Evaluator`]'s).
+    guarded: &'a crate::compile::Guarded,
     /// Whether the steps tell of every policy passed (else only of those with a rule that
     /// matches: the verdict is the same).
     account: bool,
