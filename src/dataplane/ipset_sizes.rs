@@ -317,20 +317,15 @@ fn parse_part(bytes: &[u8], sizes: &mut BTreeMap<String, usize>) -> io::Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::netlink_bytes::{HEADER, NFGENMSG, NLMSG_DONE, NLMSG_ERROR, u16_at};
+    use crate::dataplane::netlink_bytes::build::{self, attribute};
+    use crate::dataplane::netlink_bytes::{HEADER, NLMSG_DONE, NLMSG_ERROR, u16_at};
 
     /// One set's header as the kernel sends it (Linux 6.18, read with strace from `ipset list
     /// -t`): protocol, name, type, family, revision, index, then the nested data with the hash
     /// size, maxelem, bucket size, initval, references, memory size and the member count.
     fn header(name: &str, elements: u32) -> Vec<u8> {
         let mut attrs = Vec::new();
-        let mut push = |kind: u16, value: &[u8]| {
-            let length = 4 + value.len();
-            attrs.extend_from_slice(&u16::try_from(length).unwrap().to_ne_bytes());
-            attrs.extend_from_slice(&kind.to_ne_bytes());
-            attrs.extend_from_slice(value);
-            attrs.resize((attrs.len() + 3) & !3, 0);
-        };
+        let mut push = |kind: u16, value: &[u8]| attribute(&mut attrs, kind, value);
         push(ATTR_PROTOCOL, &[7]);
         push(ATTR_SETNAME, format!("{name}\0").as_bytes());
         push(3, b"hash:net\0");
@@ -355,15 +350,7 @@ mod tests {
     }
 
     fn message(kind: u16, body: &[u8]) -> Vec<u8> {
-        let length = HEADER + NFGENMSG + body.len();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&u32::try_from(length).unwrap().to_ne_bytes());
-        bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&2u16.to_ne_bytes());
-        bytes.extend_from_slice(&[0; 8]);
-        bytes.extend_from_slice(&[AF_INET, 0, 0, 0]);
-        bytes.extend_from_slice(body);
-        bytes
+        build::message(kind, AF_INET, body)
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! Nothing is read that does not exist: asking iptables-legacy for a table it does not hold
 //! would load and create it, a change in the kernel; so x_tables' list of tables is looked at
-//! first, and iptables-nft's tables are found in nft's listing.
+//! first, and iptables-nft's tables are found in the list of nf_tables tables
+//! ([`super::nft_tables`]).
 
 use super::Runner;
 use crate::model::IpFamily;

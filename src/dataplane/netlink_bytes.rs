@@ -121,3 +121,32 @@ pub fn each_dumped(
     }
     Ok(false)
 }
+
+/// Building the kernel's messages, for the readers' tests.
+#[cfg(test)]
+pub mod build {
+    use super::{HEADER, NFGENMSG};
+
+    /// Appends the attribute `kind` holding `value`, padded to four bytes.
+    pub fn attribute(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
+        let length = 4 + value.len();
+        out.extend_from_slice(&u16::try_from(length).expect("short").to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(value);
+        out.resize((out.len() + 3) & !3, 0);
+    }
+
+    /// A message of type `kind` (`NLM_F_MULTI`, sequence 1) for `family`, carrying `body`.
+    pub fn message(kind: u16, family: u8, body: &[u8]) -> Vec<u8> {
+        let length = HEADER + NFGENMSG + body.len();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&u32::try_from(length).expect("short").to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&2u16.to_ne_bytes());
+        bytes.extend_from_slice(&1u32.to_ne_bytes());
+        bytes.extend_from_slice(&0u32.to_ne_bytes());
+        bytes.extend_from_slice(&[family, 0, 0, 0]);
+        bytes.extend_from_slice(body);
+        bytes
+    }
+}

@@ -116,37 +116,19 @@ fn parse_part(bytes: &[u8], tables: &mut Vec<(String, String)>) -> io::Result<bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::netlink_bytes::build::{attribute, message};
     use crate::dataplane::netlink_bytes::{HEADER, NFGENMSG, NLMSG_DONE, u16_at, u32_at};
 
     /// One table as the kernel sends it: header, nfgenmsg, then `NFTA_TABLE_NAME`,
     /// `NFTA_TABLE_FLAGS`, `NFTA_TABLE_USE` and `NFTA_TABLE_HANDLE`.
     fn table(family: u8, name: &str) -> Vec<u8> {
         let mut attrs = Vec::new();
-        let mut push = |kind: u16, value: &[u8]| {
-            let length = 4 + value.len();
-            attrs.extend_from_slice(&u16::try_from(length).unwrap().to_ne_bytes());
-            attrs.extend_from_slice(&kind.to_ne_bytes());
-            attrs.extend_from_slice(value);
-            attrs.resize((attrs.len() + 3) & !3, 0);
-        };
+        let mut push = |kind: u16, value: &[u8]| attribute(&mut attrs, kind, value);
         push(NFTA_TABLE_NAME, format!("{name}\0").as_bytes());
         push(2, &0u32.to_be_bytes());
         push(3, &4u32.to_be_bytes());
         push(4, &[0, 0, 0, 0, 0, 0, 0, 9]);
         message(NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE, family, &attrs)
-    }
-
-    fn message(kind: u16, family: u8, body: &[u8]) -> Vec<u8> {
-        let length = HEADER + NFGENMSG + body.len();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&u32::try_from(length).unwrap().to_ne_bytes());
-        bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&2u16.to_ne_bytes());
-        bytes.extend_from_slice(&1u32.to_ne_bytes());
-        bytes.extend_from_slice(&0u32.to_ne_bytes());
-        bytes.extend_from_slice(&[family, 0, 0, 7]);
-        bytes.extend_from_slice(body);
-        bytes
     }
 
     #[test]
