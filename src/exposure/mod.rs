@@ -674,7 +674,10 @@ pub fn newly_open(
     );
     let work: usize = ports
         .iter()
-        .map(|dnat| was.pieces(dnat.family).max(now.pieces(dnat.family)))
+        .map(|dnat| {
+            let port = dnat_port(dnat, &own);
+            was.pieces(&port).max(now.pieces(&port))
+        })
         .sum();
     if work > MAX_PLAN_PACKETS {
         return vec![format!(

@@ -77,8 +77,8 @@ pub struct Reacher<'m> {
     evaluator: Evaluator<'m>,
     host: &'m HostFacts,
     config: &'m Config,
-    /// Where the pieces of each family's source space begin (sorted, the first at 0).
-    starts: [Vec<u128>; 2],
+    /// The host's own addresses, as the pieces are cut around them.
+    own_addresses: Vec<IpAddr>,
     /// The host's own addresses, each a piece of its own: a packet from one of them is the
     /// host to itself, not another host, so they are left out of who may reach a port.
     own: [BTreeSet<u128>; 2],
@@ -93,10 +93,6 @@ impl<'m> Reacher<'m> {
             evaluator: Evaluator::new(model, config, host),
             host,
             config,
-            starts: [
-                piece_starts(model, config, &own, IpFamily::V4, None),
-                piece_starts(model, config, &own, IpFamily::V6, None),
-            ],
             own: [IpFamily::V4, IpFamily::V6].map(|family| {
                 own.iter()
                     .filter(|address| IpFamily::of_net(&IpNet::from(**address)) == family)
@@ -104,6 +100,7 @@ impl<'m> Reacher<'m> {
                     .map(number)
                     .collect()
             }),
+            own_addresses: own,
         }
     }
 
@@ -112,8 +109,7 @@ impl<'m> Reacher<'m> {
     /// 10,000 policies the nets of all rules cut the space into 80,000 pieces, each traced
     /// through every policy; a port that four policies name needs a few dozen.
     fn starts_for(&self, port: &Port) -> Vec<u128> {
-        let own: Vec<IpAddr> = self.host.own_addresses(&self.config.host_interface_exclude);
-        piece_starts(self.model, self.config, &own, port.family, Some(port))
+        piece_starts(self.model, self.config, &self.own_addresses, port)
     }
 
     /// Whether the piece `start..=end` of `family` is one of the host's own addresses.
@@ -225,10 +221,10 @@ impl<'m> Reacher<'m> {
         }
     }
 
-    /// How many pieces the source space of `family` is cut into (packets traced per port and
+    /// How many pieces the source space is cut into for `port` (packets traced per
     /// interface).
-    pub fn pieces(&self, family: IpFamily) -> usize {
-        self.starts[usize::from(family == IpFamily::V6)].len()
+    pub fn pieces(&self, port: &Port) -> usize {
+        self.starts_for(port).len()
     }
 
     /// Whether every source may reach `port` ([`Reacher::reach`] says `anyone`), stopping at
@@ -295,20 +291,14 @@ fn words(verdict: &Verdict) -> String {
     }
 }
 
-/// Where the pieces of `family`'s source space begin: 0, and the first address of every net
-/// the policies name and the one after its last (the nets of rules, network sets,
-/// host endpoints and failsafe ports, and each of the host's own addresses).
-///
-/// For packets to `port`, only the rules that can match one ([`can_match`]) and the network
-/// sets their selectors pick count: a rule that never matches such a packet treats every
-/// source alike, so its nets cut nothing the verdicts could tell apart.
-fn piece_starts(
-    model: &Model,
-    config: &Config,
-    own: &[IpAddr],
-    family: IpFamily,
-    port: Option<&Port>,
-) -> Vec<u128> {
+/// Where the pieces of the source space of packets to `port` begin: 0, and the first address
+/// of every net that counts and the one after its last: the nets of the rules that can match
+/// such a packet ([`can_match`]) and of the network sets their selectors pick, the host
+/// endpoints' and failsafe ports' nets, and each of the host's own addresses. A rule that
+/// never matches such a packet treats every source alike, so its nets cut nothing the
+/// verdicts could tell apart.
+fn piece_starts(model: &Model, config: &Config, own: &[IpAddr], port: &Port) -> Vec<u128> {
+    let family = port.family;
     let mut nets: Vec<IpNet> = own.iter().map(|address| IpNet::from(*address)).collect();
     let mut selectors = Vec::new();
     let rules = model
@@ -316,7 +306,7 @@ fn piece_starts(
         .iter()
         .chain(model.staged_policies())
         .flat_map(|policy| policy.ingress.iter().flatten())
-        .filter(|rule| port.is_none_or(|port| can_match(rule, port)));
+        .filter(|rule| can_match(rule, port));
     for rule in rules {
         for entity in [&rule.source, &rule.destination] {
             nets.extend(entity.nets.iter().chain(&entity.not_nets));
@@ -324,10 +314,9 @@ fn piece_starts(
         }
     }
     let sets = model.network_sets().iter().filter(|set| {
-        port.is_none()
-            || selectors
-                .iter()
-                .any(|selector| selector.matches(&set.labels))
+        selectors
+            .iter()
+            .any(|selector| selector.matches(&set.labels))
     });
     for set in sets {
         nets.extend(&set.nets);
@@ -506,7 +495,7 @@ spec:
         for other in ["203.0.113.0", "192.0.2.0"] {
             assert!(!first.contains(&v4(other)), "{other} cuts 30001's space");
         }
-        assert!(first.len() < reacher.pieces(IpFamily::V4));
+        assert_eq!(reacher.pieces(&tcp(30001, Vec::new())), first.len());
         let second = reacher.starts_for(&tcp(30002, Vec::new()));
         assert!(second.contains(&v4("203.0.113.0")) && !second.contains(&v4("198.51.100.0")));
         // A port DNATed to 30001 is judged at 30001 after nat: 30001's rules count.
