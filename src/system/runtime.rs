@@ -360,14 +360,17 @@ pub fn give_back_memory(ran_much_code: bool) {
     }
 }
 
-/// Gives the heap memory freed since the last call back to the system. glibc keeps freed pages
-/// of its heaps mapped, so without this a daemon would sit at the peak of its largest reload
-/// (parsing and compiling every policy) for the rest of its life.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// Gives the heap memory freed since the last call back to the system: mimalloc (the
+/// program's allocator, `src/main.rs`) otherwise returns freed pages a second or more later,
+/// and only as its own timers see fit; a daemon would sit near the peak of its last reload
+/// (parsing and compiling every policy) until then. glibc's heap, which only C code of the C
+/// library uses, is trimmed too.
 #[allow(unsafe_code)]
 pub fn release_free_memory() {
-    // SAFETY: `malloc_trim` has no preconditions: it only unmaps pages malloc holds free.
+    // SAFETY: neither call has preconditions: each only returns pages its allocator holds free.
     unsafe {
+        libmimalloc_sys::mi_collect(true);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
         nix::libc::malloc_trim(0);
     }
 }
@@ -482,28 +485,6 @@ fn own_code_ranges(smaps: &str, here: usize) -> Vec<(usize, usize)> {
         .map(|mapping| (mapping.start, mapping.end))
         .collect()
 }
-
-/// Caps glibc's malloc arenas at `arenas` for a long-running process. glibc gives threads
-/// arenas of their own (up to eight per core); each keeps the pages of its peak, so a daemon
-/// whose reloads compile on several threads would otherwise stay megabytes above what it uses
-/// (`docs/performance.md`, resident memory).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-pub fn limit_malloc_arenas(arenas: i32) {
-    // SAFETY: `mallopt` only sets a tunable of the allocator; called before the threads that
-    // would use more arenas start.
-    unsafe {
-        nix::libc::mallopt(nix::libc::M_ARENA_MAX, arenas);
-    }
-}
-
-/// Other C libraries size their arenas on their own.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn limit_malloc_arenas(_arenas: i32) {}
-
-/// Other C libraries return freed memory on their own.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn release_free_memory() {}
 
 /// Lowers the scheduling priority of the calling thread to `nice` (Linux keeps a nice value
 /// per thread; threads and processes it starts inherit it). The metrics endpoint reads
