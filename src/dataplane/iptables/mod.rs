@@ -368,24 +368,33 @@ fn observe_tables(
     Ok(state)
 }
 
-/// Reads `tables` whole (`iptables-save -t TABLE`), all at the same time, each parsed on the
-/// thread that read it while the slower saves still run.
+/// Reads `tables` whole, all at the same time, each part parsed on the thread that read it
+/// while the slower saves still run: `iptables-save -t TABLE` for each table, except that
+/// iptables-nft reads two or more tables of a family with one `iptables-save`.
+/// `iptables-nft-save` reads the family's whole ruleset from the kernel whichever table it
+/// prints (`-t raw` and `-t mangle` at 1,000 policies: 0.34 and 0.31 s; both with one save:
+/// 0.39 s), while iptables-legacy reads only the table it is asked for.
 fn read_tables(
     iptables: &Iptables,
     runner: &dyn super::Runner,
     tables: &[&TablePlan],
 ) -> Result<State, DataplaneError> {
+    let reads = table_reads(iptables.legacy, tables);
     let parts = std::thread::scope(|scope| {
-        let running: Vec<_> = tables
+        let running: Vec<_> = reads
             .iter()
-            .map(|table| {
-                let (save, _) = iptables.programs(table.key.family);
-                let name = table.key.table.as_str();
-                let family = table.key.family;
+            .map(|(family, table, keys)| {
+                let (save, _) = iptables.programs(*family);
+                let family = *family;
                 scope.spawn(move || {
-                    let saved = run_checked(runner, save, &["-t", name], None)?;
+                    let args: &[&str] = match table {
+                        Some(table) => &["-t", table.as_str()],
+                        None => &[],
+                    };
+                    let saved = run_checked(runner, save, args, None)?;
                     let mut part = State::default();
                     parse::parse_iptables_save(&saved.stdout, family, &mut part)?;
+                    part.tables.retain(|key, _| keys.contains(key));
                     Ok::<_, DataplaneError>(part)
                 })
             })
@@ -394,10 +403,33 @@ fn read_tables(
     });
     let mut state = State::default();
     for part in parts {
-        // One table of one family each: their keys never meet.
+        // Each part holds its own tables: their keys never meet.
         state.tables.extend(part?.tables);
     }
     Ok(state)
+}
+
+/// The saves that read `tables`: a family's table alone (`Some`), or all of a family's tables
+/// at once (`None`, iptables-nft with two or more of them); each with the tables it is for.
+fn table_reads(
+    legacy: bool,
+    tables: &[&TablePlan],
+) -> Vec<(IpFamily, Option<Table>, Vec<crate::state::TableKey>)> {
+    let mut reads: Vec<(IpFamily, Option<Table>, Vec<crate::state::TableKey>)> = Vec::new();
+    for table in tables {
+        let key = table.key;
+        match reads
+            .iter_mut()
+            .find(|(family, _, _)| *family == key.family)
+        {
+            Some((_, one, keys)) if !legacy => {
+                *one = None;
+                keys.push(key);
+            }
+            _ => reads.push((key.family, Some(key.table), vec![key])),
+        }
+    }
+    reads
 }
 
 /// Reads back the sets `plan` wrote (see [`read_written_sets`]).
@@ -858,6 +890,50 @@ mod tests {
             text: text.into(),
             counters: None,
         }
+    }
+
+    #[test]
+    fn iptables_nft_reads_a_family_s_tables_with_one_save() {
+        let plan = |family, table| TablePlan {
+            key: TableKey { family, table },
+            chains: vec![],
+            hooks: vec![],
+        };
+        let written = [
+            plan(IpFamily::V4, Table::Raw),
+            plan(IpFamily::V4, Table::Mangle),
+            plan(IpFamily::V6, Table::Mangle),
+        ];
+        let tables: Vec<&TablePlan> = written.iter().collect();
+        let key = |family, table| TableKey { family, table };
+        let v4 = vec![
+            key(IpFamily::V4, Table::Raw),
+            key(IpFamily::V4, Table::Mangle),
+        ];
+        let v6_mangle = vec![key(IpFamily::V6, Table::Mangle)];
+        assert_eq!(
+            table_reads(false, &tables),
+            vec![
+                (IpFamily::V4, None, v4),
+                (IpFamily::V6, Some(Table::Mangle), v6_mangle.clone()),
+            ]
+        );
+        assert_eq!(
+            table_reads(true, &tables),
+            vec![
+                (
+                    IpFamily::V4,
+                    Some(Table::Raw),
+                    vec![key(IpFamily::V4, Table::Raw)]
+                ),
+                (
+                    IpFamily::V4,
+                    Some(Table::Mangle),
+                    vec![key(IpFamily::V4, Table::Mangle)]
+                ),
+                (IpFamily::V6, Some(Table::Mangle), v6_mangle),
+            ]
+        );
     }
 
     #[test]
